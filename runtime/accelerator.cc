@@ -1,0 +1,567 @@
+#include "runtime/accelerator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+#include "runtime/trace.h"
+#include "runtime/vk_status.h"
+
+namespace causeway {
+namespace {
+
+// How long the completion thread sleeps in one device wait before it looks
+// at the shutdown flag again.
+constexpr uint64_t kCompletionPollNs = 200'000'000;
+
+uint64_t NsUntil(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return UINT64_MAX;
+  absl::Duration d = deadline - absl::Now();
+  if (d <= absl::ZeroDuration()) return 0;
+  return static_cast<uint64_t>(absl::ToInt64Nanoseconds(d));
+}
+
+}  // namespace
+
+const char* CopyPathName(CopyPath path) {
+  switch (path) {
+    case CopyPath::kSameQueue:
+      return "same-queue";
+    case CopyPath::kSameDevice:
+      return "same-device";
+    case CopyPath::kExternalMemory:
+      return "external-memory";
+    case CopyPath::kHostStaged:
+      return "host-staged";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std::shared_ptr<Device> device,
+                                                                 uint32_t queue_index,
+                                                                 const AcceleratorOptions& options) {
+  if (options.ring_capacity == 0) return absl::InvalidArgumentError("ring capacity must be > 0");
+  if (queue_index >= device->queue_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("queue ", queue_index, " of ", device->queue_count()));
+  }
+  std::unique_ptr<Accelerator> self(new Accelerator());
+  self->index_ = index;
+  self->device_ = device;
+  self->queue_ = device->queue(queue_index);
+  self->capacity_ = options.ring_capacity;
+  {
+    absl::MutexLock lock(&self->ring_mu_);
+    self->slots_.resize(options.ring_capacity);
+  }
+
+  VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+  type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+  type.initialValue = 0;
+  VkSemaphoreCreateInfo sem{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+  sem.pNext = &type;
+  VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->timeline_));
+
+  PoolOptions pool;
+  pool.kind = MemoryKind::kDevice;
+  pool.budget = options.memory_budget;
+  pool.exportable = options.exportable_memory;
+  ASSIGN_OR_RETURN(self->device_pool_, MemoryPool::Create(self.get(), device, pool));
+  pool.budget = UINT64_MAX;
+  pool.exportable = false;
+  pool.kind = MemoryKind::kUpload;
+  ASSIGN_OR_RETURN(self->upload_pool_, MemoryPool::Create(self.get(), device, pool));
+  pool.kind = MemoryKind::kReadback;
+  ASSIGN_OR_RETURN(self->readback_pool_, MemoryPool::Create(self.get(), device, pool));
+  self->imports_ = std::make_unique<ImportCache>(device);
+
+  self->completion_thread_ = std::thread([a = self.get()] { a->CompletionLoop(); });
+  return self;
+}
+
+Accelerator::~Accelerator() {
+  (void)Flush(absl::Now() + absl::Seconds(30));
+  {
+    absl::MutexLock lock(&ring_mu_);
+    shutdown_ = true;
+  }
+  if (completion_thread_.joinable()) completion_thread_.join();
+  vkQueueWaitIdle(queue_);
+  // Fail whatever is left (only after a lost device or a stuck wait).
+  Retire(true);
+  {
+    absl::MutexLock lock(&ring_mu_);
+    for (uint64_t v = retired_value_ + 1; v <= next_value_; ++v) {
+      Slot& s = slots_[v % capacity_];
+      s.promise.Set(absl::CancelledError(absl::StrCat(name(), " was destroyed with work in flight")));
+      s = Slot();
+    }
+  }
+  {
+    absl::MutexLock lock(&relay_mu_);
+    for (auto& [src, relay] : relays_) vkDestroySemaphore(device_->handle(), relay.semaphore, nullptr);
+  }
+  // Imports and pools go before the semaphore; peers' caches drop our blocks
+  // through the listeners registered by the Runtime.
+  imports_.reset();
+  device_pool_.reset();
+  upload_pool_.reset();
+  readback_pool_.reset();
+  vkDestroySemaphore(device_->handle(), timeline_, nullptr);
+}
+
+std::string Accelerator::name() const { return absl::StrCat("accelerator ", index_, " (", info().name, ")"); }
+
+absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateBuffer(uint64_t size) {
+  auto b = device_pool_->CreateBuffer(size);
+  if (!b.ok() && absl::IsResourceExhausted(b.status())) {
+    return absl::ResourceExhaustedError(absl::StrCat(name(), ": ", b.status().message()));
+  }
+  return b;
+}
+
+absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateStagingBuffer(uint64_t size, bool readback) {
+  return (readback ? readback_pool_ : upload_pool_)->CreateBuffer(size);
+}
+
+absl::StatusOr<std::shared_ptr<CommandList>> Accelerator::CreateCommandList(std::string label) {
+  return std::shared_ptr<CommandList>(new CommandList(this, std::move(label)));
+}
+
+CopyPath Accelerator::PathFrom(const Accelerator& src) const {
+  if (&src == this) return CopyPath::kSameQueue;
+  if (src.device_ == device_) return CopyPath::kSameDevice;
+  if (src.info().uuid == info().uuid && src.device_pool_->exportable() && device_->external_memory()) {
+    return CopyPath::kExternalMemory;
+  }
+  return CopyPath::kHostStaged;
+}
+
+uint64_t Accelerator::submitted_value() const {
+  absl::MutexLock lock(&ring_mu_);
+  return next_value_;
+}
+uint64_t Accelerator::retired_value() const {
+  absl::MutexLock lock(&ring_mu_);
+  return retired_value_;
+}
+size_t Accelerator::in_flight() const {
+  absl::MutexLock lock(&ring_mu_);
+  return next_value_ - retired_value_;
+}
+absl::Status Accelerator::health() const {
+  absl::MutexLock lock(&ring_mu_);
+  return health_;
+}
+
+Future<> Accelerator::Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits) {
+  if (list == nullptr || list->accelerator() != this) {
+    return Future<>::Ready(absl::InvalidArgumentError(
+        absl::StrCat("Submit: the command list belongs to ",
+                     list == nullptr ? "nobody" : list->accelerator()->name(), ", not ", name())));
+  }
+  return SubmitInternal(list, waits, {});
+}
+
+Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
+                                     std::vector<std::function<void()>> on_done) {
+  HostSpan span("submit");
+  // Inputs that already failed fail this submission without running it.
+  for (const Future<>& w : waits) {
+    if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
+    if (w.IsReady()) {
+      absl::Status s = w.AwaitStatus();
+      if (!s.ok()) {
+        return Future<>::Ready(absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message())));
+      }
+    } else if (w.timeline_owner() == nullptr) {
+      return Future<>::Ready(absl::UnimplementedError(
+          "Submit can wait only on device futures or resolved host futures; await the host future first"));
+    }
+  }
+
+  absl::MutexLock submit_lock(&submit_mu_);
+  uint64_t value;
+  Slot* slot;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    if (!health_.ok()) return Future<>::Ready(health_);
+    // Backpressure: wait for the oldest slot to retire when the ring is full.
+    auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
+      return next_value_ - retired_value_ < capacity_ || !health_.ok();
+    };
+    ring_mu_.Await(absl::Condition(&has_room));
+    if (!health_.ok()) return Future<>::Ready(health_);
+    value = ++next_value_;
+    // Nobody else touches this slot until it is marked submitted, except
+    // AddRelayTarget, which takes ring_mu_.
+    slot = &slots_[value % capacity_];
+    *slot = Slot();
+    slot->value = value;
+    slot->list = list;
+    slot->on_done = std::move(on_done);
+    slot->inputs.assign(waits.begin(), waits.end());
+  }
+  Promise<> promise;
+  promise.SetTimelinePoint(this, value);
+  promise.SetWaitHook([this, value](absl::Time deadline) { WaitAndRetire(value, deadline, false); });
+  Future<> future = promise.future();
+
+  // Waits: semaphores this submission must see signalled first.
+  absl::InlinedVector<VkSemaphore, 4> wait_sems;
+  absl::InlinedVector<uint64_t, 4> wait_values;
+  absl::Status status;
+  for (const Future<>& w : waits) {
+    auto* owner = static_cast<Accelerator*>(const_cast<void*>(w.timeline_owner()));
+    if (owner == nullptr || owner == this) continue;  // ready host future / same queue: in order
+    if (owner->device_ == device_) {
+      wait_sems.push_back(owner->timeline_);
+      wait_values.push_back(w.timeline_value());
+      continue;
+    }
+    auto relay = RelayFrom(owner);
+    if (!relay.ok()) {
+      status = relay.status();
+      break;
+    }
+    if (owner->AddRelayTarget(w.timeline_value(), this)) {
+      wait_sems.push_back(*relay);
+      wait_values.push_back(w.timeline_value());
+    }
+  }
+
+  absl::StatusOr<CommandList::Recording*> recording = nullptr;
+  if (status.ok()) {
+    recording = list->AcquireRecording(Tracer::Get().enabled());
+    if (!recording.ok()) status = recording.status();
+  }
+  VkResult result = VK_SUCCESS;
+  if (status.ok()) {
+    std::vector<VkPipelineStageFlags> stages(wait_sems.size(), VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+    VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    timeline.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
+    timeline.pWaitSemaphoreValues = wait_values.data();
+    timeline.signalSemaphoreValueCount = 1;
+    timeline.pSignalSemaphoreValues = &value;
+    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submit.pNext = &timeline;
+    submit.waitSemaphoreCount = static_cast<uint32_t>(wait_sems.size());
+    submit.pWaitSemaphores = wait_sems.data();
+    submit.pWaitDstStageMask = stages.data();
+    submit.commandBufferCount = 1;
+    submit.pCommandBuffers = &(*recording)->cb;
+    submit.signalSemaphoreCount = 1;
+    submit.pSignalSemaphores = &timeline_;
+    int countdown = faults_.fail_submit_countdown.load();
+    if (countdown > 0 && faults_.fail_submit_countdown.fetch_sub(1) == 1) {
+      result = faults_.submit_error;
+    } else {
+      result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
+    }
+    status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
+    if (!status.ok()) list->ReleaseRecording(*recording);
+  }
+  if (!status.ok()) {
+    // The work did not reach the queue. Keep the timeline whole with an
+    // empty submission that signals this value after everything before it;
+    // if even that fails, the accelerator is unusable.
+    VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    timeline.signalSemaphoreValueCount = 1;
+    timeline.pSignalSemaphoreValues = &value;
+    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submit.pNext = &timeline;
+    submit.signalSemaphoreCount = 1;
+    submit.pSignalSemaphores = &timeline_;
+    VkResult r2 = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
+    absl::MutexLock lock(&ring_mu_);
+    slot->status = status;
+    slot->recording = nullptr;
+    slot->promise = std::move(promise);
+    slot->submitted = true;
+    submitted_through_ = value;
+    if (r2 != VK_SUCCESS) {
+      health_ = absl::UnavailableError(absl::StrCat(name(), " cannot submit any more: ", VkResultName(r2)));
+    }
+    return future;
+  }
+  absl::MutexLock lock(&ring_mu_);
+  slot->recording = *recording;
+  slot->promise = std::move(promise);
+  slot->submitted = true;
+  submitted_through_ = value;
+  return future;
+}
+
+bool Accelerator::AddRelayTarget(uint64_t value, Accelerator* target) {
+  absl::MutexLock lock(&ring_mu_);
+  if (value <= retired_value_) return false;
+  Slot& s = slots_[value % capacity_];
+  if (std::find(s.relay_targets.begin(), s.relay_targets.end(), target) == s.relay_targets.end()) {
+    s.relay_targets.push_back(target);
+  }
+  return true;
+}
+
+absl::StatusOr<VkSemaphore> Accelerator::RelayFrom(const Accelerator* source) {
+  absl::MutexLock lock(&relay_mu_);
+  Relay& relay = relays_[source];
+  if (relay.semaphore == VK_NULL_HANDLE) {
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkSemaphoreCreateInfo sem{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    sem.pNext = &type;
+    VkResult r = vkCreateSemaphore(device_->handle(), &sem, nullptr, &relay.semaphore);
+    if (r != VK_SUCCESS) {
+      relays_.erase(source);
+      return VkStatus(r, "creating a relay semaphore");
+    }
+  }
+  return relay.semaphore;
+}
+
+void Accelerator::SignalRelay(const Accelerator* source, uint64_t value) {
+  auto relay = RelayFrom(source);
+  if (!relay.ok()) return;  // made at registration; cannot fail here
+  VkSemaphore sem = *relay;
+  // The relay mirrors the source's timeline, so values only rise.
+  uint64_t current = 0;
+  vkGetSemaphoreCounterValue(device_->handle(), sem, &current);
+  if (current >= value) return;
+  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+  info.semaphore = sem;
+  info.value = value;
+  vkSignalSemaphore(device_->handle(), &info);
+}
+
+void Accelerator::CompletionLoop() {
+  while (true) {
+    uint64_t target;
+    {
+      absl::MutexLock lock(&ring_mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
+        return shutdown_ || submitted_through_ > retired_value_;
+      };
+      ring_mu_.Await(absl::Condition(&work));
+      if (submitted_through_ <= retired_value_) return;  // shut down, nothing in flight
+      target = retired_value_ + 1;
+    }
+    WaitAndRetire(target, absl::Now() + absl::Nanoseconds(kCompletionPollNs), true);
+  }
+}
+
+void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline, bool block_on_retire) {
+  {
+    absl::MutexLock lock(&ring_mu_);
+    if (value <= retired_value_ || !health_.ok()) return;
+  }
+  VkSemaphoreWaitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wait.semaphoreCount = 1;
+  wait.pSemaphores = &timeline_;
+  wait.pValues = &value;
+  VkResult r = faults_.lose_device.exchange(false) ? VK_ERROR_DEVICE_LOST
+                                                   : vkWaitSemaphores(device_->handle(), &wait, NsUntil(deadline));
+  if (r == VK_SUCCESS) {
+    Retire(block_on_retire);
+  } else if (r != VK_TIMEOUT) {
+    FailDevice(VkStatus(r, absl::StrCat("waiting on ", name())));
+  }
+}
+
+void Accelerator::Retire(bool blocking) {
+  if (blocking) {
+    retire_mu_.Lock();
+  } else if (!retire_mu_.TryLock()) {
+    return;  // another thread is retiring; the caller's future resolves there
+  }
+  uint64_t reached = 0;
+  vkGetSemaphoreCounterValue(device_->handle(), timeline_, &reached);
+  while (true) {
+    Slot slot;
+    {
+      absl::MutexLock lock(&ring_mu_);
+      uint64_t v = retired_value_ + 1;
+      if (v > submitted_through_ || v > reached) break;
+      // Relay targets stay in the ring until the slot is marked retired, so a
+      // registration never falls between the two.
+      Slot& s = slots_[v % capacity_];
+      slot.value = s.value;
+      slot.list = std::move(s.list);
+      slot.recording = s.recording;
+      slot.promise = std::move(s.promise);
+      slot.status = std::move(s.status);
+      slot.inputs = std::move(s.inputs);
+      slot.on_done = std::move(s.on_done);
+    }
+    absl::Status status = slot.status;
+    for (const Future<>& in : slot.inputs) {
+      if (!status.ok()) break;
+      // An input whose device work is done may still be retiring on its own
+      // accelerator; its result follows at once.
+      absl::Status s = in.AwaitStatus();
+      if (!s.ok()) {
+        status = absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message()));
+      }
+    }
+    if (slot.recording != nullptr) {
+      slot.list->CollectTimestamps(slot.recording, index_);
+      slot.list->ReleaseRecording(slot.recording);
+    }
+    if (status.ok()) {
+      for (auto& step : slot.on_done) step();
+    }
+    slot.on_done.clear();
+    slot.list.reset();  // may free buffers and staging memory
+    {
+      absl::MutexLock lock(&ring_mu_);
+      Slot& s = slots_[slot.value % capacity_];
+      slot.relay_targets = std::move(s.relay_targets);
+      s = Slot();
+      retired_value_ = slot.value;  // frees the slot for the next submitter
+    }
+    slot.promise.Set(status);
+    for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
+  }
+  retire_mu_.Unlock();
+}
+
+void Accelerator::FailDevice(absl::Status status) {
+  absl::MutexLock retire_lock(&retire_mu_);
+  std::vector<Slot> failed;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    if (health_.ok()) health_ = absl::UnavailableError(absl::StrCat(name(), " is lost: ", status.message()));
+    for (uint64_t v = retired_value_ + 1; v <= submitted_through_; ++v) {
+      failed.push_back(std::move(slots_[v % capacity_]));
+      slots_[v % capacity_] = Slot();
+    }
+    retired_value_ = submitted_through_;
+  }
+  absl::Status s;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    s = health_;
+  }
+  for (Slot& slot : failed) {
+    slot.promise.Set(s);
+    // Wake dependants on other devices; they see this failure when they retire.
+    for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
+  }
+}
+
+absl::Status Accelerator::Flush(absl::Time deadline) {
+  uint64_t last;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    last = next_value_;
+    if (last <= retired_value_) return health_;
+  }
+  WaitAndRetire(last, deadline, true);
+  absl::MutexLock lock(&ring_mu_);
+  auto done = [this, last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) { return retired_value_ >= last; };
+  if (!ring_mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(name(), ": work still in flight at the deadline"));
+  }
+  return health_;
+}
+
+Future<> Accelerator::Upload(const std::shared_ptr<Buffer>& dst, const void* data, uint64_t size, uint64_t offset,
+                             absl::Span<const Future<>> waits) {
+  HostSpan span("upload");
+  if (dst == nullptr || dst->accelerator() != this) {
+    return Future<>::Ready(absl::InvalidArgumentError(absl::StrCat("Upload: the buffer is not on ", name())));
+  }
+  if (size == 0 || offset + size > dst->size() || offset + size < offset) {
+    return Future<>::Ready(absl::OutOfRangeError(
+        absl::StrCat("Upload: ", size, " bytes at offset ", offset, " do not fit a buffer of ", dst->size())));
+  }
+  auto staging = CreateStagingBuffer(size);
+  if (!staging.ok()) return Future<>::Ready(staging.status());
+  std::memcpy((*staging)->mapped(), data, size);
+  auto list = CreateCommandList("upload");
+  if (!list.ok()) return Future<>::Ready(list.status());
+  absl::Status s = (*list)->Copy(BufferArg(*staging, 0, size), BufferArg(dst, offset, size));
+  if (!s.ok()) return Future<>::Ready(s);
+  return SubmitInternal(*list, waits, {});
+}
+
+Future<> Accelerator::Download(const std::shared_ptr<Buffer>& src, void* out, uint64_t size, uint64_t offset,
+                               absl::Span<const Future<>> waits) {
+  HostSpan span("download");
+  if (src == nullptr || src->accelerator() != this) {
+    return Future<>::Ready(absl::InvalidArgumentError(absl::StrCat("Download: the buffer is not on ", name())));
+  }
+  if (size == 0 || offset + size > src->size() || offset + size < offset) {
+    return Future<>::Ready(absl::OutOfRangeError(
+        absl::StrCat("Download: ", size, " bytes at offset ", offset, " do not fit a buffer of ", src->size())));
+  }
+  auto staging = CreateStagingBuffer(size, /*readback=*/true);
+  if (!staging.ok()) return Future<>::Ready(staging.status());
+  auto list = CreateCommandList("download");
+  if (!list.ok()) return Future<>::Ready(list.status());
+  absl::Status s = (*list)->Copy(BufferArg(src, offset, size), BufferArg(*staging, 0, size));
+  if (!s.ok()) return Future<>::Ready(s);
+  std::shared_ptr<Buffer> keep = *staging;
+  return SubmitInternal(*list, waits, {[keep, out, size] { std::memcpy(out, keep->mapped(), size); }});
+}
+
+absl::Status Accelerator::UploadSync(const std::shared_ptr<Buffer>& dst, const void* data, uint64_t size,
+                                     uint64_t offset) {
+  return Upload(dst, data, size, offset).Await();
+}
+
+absl::Status Accelerator::DownloadSync(const std::shared_ptr<Buffer>& src, void* out, uint64_t size,
+                                       uint64_t offset) {
+  return Download(src, out, size, offset).Await();
+}
+
+Future<> Accelerator::Copy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits) {
+  HostSpan span("copy");
+  if (src.buffer == nullptr || dst.buffer == nullptr) {
+    return Future<>::Ready(absl::InvalidArgumentError("Copy: null buffer"));
+  }
+  if (dst.buffer->accelerator() != this) {
+    return Future<>::Ready(absl::InvalidArgumentError(
+        absl::StrCat("Copy: the destination is on ", dst.buffer->accelerator()->name(), ", not ", name())));
+  }
+  if (PathFrom(*src.buffer->accelerator()) == CopyPath::kHostStaged) return HostStagedCopy(src, dst, waits);
+  auto list = CreateCommandList("copy");
+  if (!list.ok()) return Future<>::Ready(list.status());
+  absl::Status s = (*list)->Copy(src, dst);
+  if (!s.ok()) return Future<>::Ready(s);
+  return SubmitInternal(*list, waits, {});
+}
+
+Future<> Accelerator::HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits) {
+  Accelerator* from = src.buffer->accelerator();
+  uint64_t size = src.resolved_size();
+  if (src.offset + size > src.buffer->size() || dst.offset > dst.buffer->size() || size != dst.resolved_size() ||
+      size == 0) {
+    return Future<>::Ready(absl::InvalidArgumentError(absl::StrCat(
+        "Copy: source range of ", size, " bytes and destination range of ", dst.resolved_size(), " must match")));
+  }
+  // Download on the source into this side's upload staging, then copy on this
+  // accelerator; the second step is submitted when the first retires.
+  auto staging = CreateStagingBuffer(size);
+  if (!staging.ok()) return Future<>::Ready(staging.status());
+  std::shared_ptr<Buffer> stage = *staging;
+  Future<> downloaded = from->Download(src.buffer, stage->mapped(), size, src.offset, waits);
+  auto [promise, result] = MakePromise<>();
+  auto shared_promise = std::make_shared<Promise<>>(std::move(promise));
+  BufferArg target = dst;
+  downloaded.OnReady([this, stage, target, size, shared_promise](const absl::Status& s) {
+    if (!s.ok()) {
+      shared_promise->Set(s);
+      return;
+    }
+    auto list = CreateCommandList("copy-staged");
+    absl::Status st = list.ok() ? (*list)->Copy(BufferArg(stage, 0, size), target) : list.status();
+    if (!st.ok()) {
+      shared_promise->Set(st);
+      return;
+    }
+    SubmitInternal(*list, {}, {}).OnReady([shared_promise](const absl::Status& s2) { shared_promise->Set(s2); });
+  });
+  return result;
+}
+
+}  // namespace causeway

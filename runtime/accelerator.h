@@ -1,0 +1,201 @@
+// An accelerator: one Vulkan compute queue with its own memory budget, one
+// timeline semaphore and a ring of in-flight submissions.
+//
+// Ring-buffer futures: every submission takes a slot keyed by the next value of
+// the accelerator's timeline semaphore and signals that value when it ends. The
+// ring has a fixed number of slots; a full ring blocks the submitter until the
+// oldest slot retires (backpressure). Slots retire in order, on the
+// accelerator's completion thread or on a thread blocked in Await on one of
+// them; retiring reads device timestamps, runs host steps (downloads), fails
+// the slot if one of its inputs failed, wakes dependent accelerators on other
+// VkDevices (the host relay), recycles the recording and resolves the future.
+//
+// Dependencies: Submit takes futures of earlier submissions. On the same queue
+// nothing is needed (the queue is in order and every list begins with a
+// barrier); on another queue of the same VkDevice the submission waits on that
+// queue's timeline; across VkDevices, where semaphores cannot be shared, it
+// waits on a host-signalled relay semaphore that the producer's retirement
+// signals. Nothing on the submit path waits for a device.
+//
+// Thread-safe. Owned by a Runtime.
+#ifndef CAUSEWAY_RUNTIME_ACCELERATOR_H_
+#define CAUSEWAY_RUNTIME_ACCELERATOR_H_
+
+#include <vulkan/vulkan.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "runtime/command_list.h"
+#include "runtime/device.h"
+#include "runtime/future.h"
+#include "runtime/memory.h"
+
+namespace causeway {
+
+// How data moves from one accelerator to another.
+enum class CopyPath {
+  kSameQueue,       // both on one queue
+  kSameDevice,      // queues of one VkDevice: vkCmdCopyBuffer, shared semaphores
+  kExternalMemory,  // VkDevices of one physical device: imported memory, device copy
+  kHostStaged,      // neither: through host memory
+};
+const char* CopyPathName(CopyPath path);
+
+struct AcceleratorOptions {
+  uint64_t memory_budget = 0;    // bytes of device buffers; 0 = the heap's share
+  uint32_t ring_capacity = 64;   // in-flight submissions
+  bool exportable_memory = false;
+};
+
+// Test hooks to make real failures happen on purpose.
+struct FaultInjection {
+  // The Nth submission from now (1 = the next) fails as if vkQueueSubmit had
+  // returned `submit_error`; 0 = none.
+  std::atomic<int> fail_submit_countdown{0};
+  VkResult submit_error = VK_ERROR_OUT_OF_HOST_MEMORY;
+  // The next device wait reports VK_ERROR_DEVICE_LOST.
+  std::atomic<bool> lose_device{false};
+};
+
+class Accelerator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Accelerator>> Create(int index, std::shared_ptr<Device> device,
+                                                             uint32_t queue_index,
+                                                             const AcceleratorOptions& options);
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  int index() const { return index_; }
+  std::string name() const;  // "accelerator 2 (llvmpipe ...)"
+  Device& device() const { return *device_; }
+  const std::shared_ptr<Device>& shared_device() const { return device_; }
+  const PhysicalDeviceInfo& info() const { return device_->info(); }
+  VkQueue queue() const { return queue_; }
+  uint32_t ring_capacity() const { return capacity_; }
+
+  // --- memory ---
+  // A device-local buffer counted against the budget.
+  absl::StatusOr<std::shared_ptr<Buffer>> CreateBuffer(uint64_t size);
+  // A host-visible staging buffer (not counted against the budget).
+  absl::StatusOr<std::shared_ptr<Buffer>> CreateStagingBuffer(uint64_t size, bool readback = false);
+  uint64_t memory_budget() const { return device_pool_->budget(); }
+  uint64_t memory_in_use() const { return device_pool_->bytes_in_use(); }
+  uint64_t memory_reserved() const { return device_pool_->bytes_reserved(); }
+  MemoryPool& device_pool() { return *device_pool_; }
+  // This accelerator's imports of peers' memory (cached per block).
+  ImportCache* imports_for_peers() { return imports_.get(); }
+
+  // Copies `size` bytes of host memory into `dst` at `offset`. The bytes are
+  // copied before this returns; the future resolves when they are on the device.
+  Future<> Upload(const std::shared_ptr<Buffer>& dst, const void* data, uint64_t size, uint64_t offset = 0,
+                  absl::Span<const Future<>> waits = {});
+  // Copies `size` bytes of `src` at `offset` to `out`, which must stay valid
+  // until the future resolves.
+  Future<> Download(const std::shared_ptr<Buffer>& src, void* out, uint64_t size, uint64_t offset = 0,
+                    absl::Span<const Future<>> waits = {});
+  absl::Status UploadSync(const std::shared_ptr<Buffer>& dst, const void* data, uint64_t size, uint64_t offset = 0);
+  absl::Status DownloadSync(const std::shared_ptr<Buffer>& src, void* out, uint64_t size, uint64_t offset = 0);
+
+  // --- work ---
+  absl::StatusOr<std::shared_ptr<CommandList>> CreateCommandList(std::string label = "");
+  // Submits `list` (of this accelerator) to run after `waits`. Never waits for
+  // the device; blocks only while the ring is full. A failed input fails the
+  // returned future rather than running on bad data.
+  Future<> Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits = {});
+  // Copies src (on any accelerator) into dst (on this one) by the best path
+  // there is (see PathFrom), after `waits`.
+  Future<> Copy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits = {});
+  CopyPath PathFrom(const Accelerator& src) const;
+
+  // Blocks until everything submitted so far has retired (or failed).
+  absl::Status Flush(absl::Time deadline = absl::InfiniteFuture());
+
+  // --- observation ---
+  uint64_t submitted_value() const;  // the last timeline value handed out
+  uint64_t retired_value() const;    // the last timeline value retired
+  size_t in_flight() const;
+  // OK, or the sticky error that ended this accelerator (device lost).
+  absl::Status health() const;
+  FaultInjection& faults() { return faults_; }
+
+ private:
+  struct Slot {
+    uint64_t value = 0;
+    bool submitted = false;
+    std::shared_ptr<CommandList> list;
+    CommandList::Recording* recording = nullptr;
+    Promise<> promise;
+    absl::Status status;              // an error known before retirement
+    std::vector<Future<>> inputs;     // checked for failure at retirement
+    std::vector<Accelerator*> relay_targets;
+    std::vector<std::function<void()>> on_done;  // host steps, run at success
+  };
+  // A host-signalled semaphore on this device that mirrors a peer's timeline.
+  struct Relay {
+    VkSemaphore semaphore = VK_NULL_HANDLE;
+  };
+
+  friend class CommandList;
+  Accelerator() = default;
+  // Takes a slot; blocks while the ring is full.
+  Slot* AcquireSlot() ABSL_LOCKS_EXCLUDED(ring_mu_);
+  // Registers `target` to be woken when `value` retires here; false when it
+  // already has (nothing to wait for).
+  bool AddRelayTarget(uint64_t value, Accelerator* target) ABSL_LOCKS_EXCLUDED(ring_mu_);
+  absl::StatusOr<VkSemaphore> RelayFrom(const Accelerator* source) ABSL_LOCKS_EXCLUDED(relay_mu_);
+  void SignalRelay(const Accelerator* source, uint64_t value);
+  void CompletionLoop();
+  // Waits for `value` on the timeline until `deadline`, then retires what is done.
+  void WaitAndRetire(uint64_t value, absl::Time deadline, bool block_on_retire);
+  void Retire(bool blocking) ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
+  void FailDevice(absl::Status status);
+  Future<> SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
+                          std::vector<std::function<void()>> on_done);
+  Future<> HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits);
+
+  int index_ = 0;
+  std::shared_ptr<Device> device_;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint32_t capacity_ = 0;
+  std::unique_ptr<MemoryPool> device_pool_;
+  std::unique_ptr<MemoryPool> upload_pool_;
+  std::unique_ptr<MemoryPool> readback_pool_;
+  std::unique_ptr<ImportCache> imports_;
+  FaultInjection faults_;
+
+  // Serializes submissions: timeline values must reach the queue in order.
+  absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(ring_mu_);
+  // Serializes retirement, so slots resolve in order.
+  absl::Mutex retire_mu_ ABSL_ACQUIRED_BEFORE(ring_mu_);
+  mutable absl::Mutex ring_mu_;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(ring_mu_);
+  uint64_t next_value_ ABSL_GUARDED_BY(ring_mu_) = 0;     // last value handed out
+  uint64_t retired_value_ ABSL_GUARDED_BY(ring_mu_) = 0;  // last value retired
+  uint64_t submitted_through_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  absl::Status health_ ABSL_GUARDED_BY(ring_mu_);
+  bool shutdown_ ABSL_GUARDED_BY(ring_mu_) = false;
+
+  absl::Mutex relay_mu_;
+  absl::flat_hash_map<const Accelerator*, Relay> relays_ ABSL_GUARDED_BY(relay_mu_);
+
+  std::thread completion_thread_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_RUNTIME_ACCELERATOR_H_

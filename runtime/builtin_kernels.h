@@ -1,0 +1,40 @@
+// The built-in kernels of shaders/ as Kernel objects.
+#ifndef CAUSEWAY_RUNTIME_BUILTIN_KERNELS_H_
+#define CAUSEWAY_RUNTIME_BUILTIN_KERNELS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/kernel.h"
+
+namespace causeway {
+
+// The built-in kernel `name` ("add", "matmul", ...), validated and reflected
+// once per process and shared. NotFound (listing the names) for an unknown one.
+absl::StatusOr<std::shared_ptr<const Kernel>> BuiltinKernel(absl::string_view name);
+std::vector<std::string> BuiltinKernelNames();
+
+// Push constants of the built-in kernels (see shaders/README.md).
+struct CountParams {
+  uint32_t count;
+};
+struct FillParams {
+  uint32_t count;
+  uint32_t value;
+};
+struct ScaleParams {
+  uint32_t count;
+  float alpha;
+};
+struct MatmulParams {
+  uint32_t m;
+  uint32_t n;
+  uint32_t k;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_RUNTIME_BUILTIN_KERNELS_H_

@@ -1,0 +1,411 @@
+#include "runtime/command_list.h"
+
+#include <algorithm>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/accelerator.h"
+#include "runtime/status.h"
+#include "runtime/trace.h"
+#include "runtime/vk_status.h"
+
+namespace causeway {
+namespace {
+
+// The memory dependency between any two commands of a list, and between the
+// list and whatever ran before it on the queue.
+void GlobalBarrier(VkCommandBuffer cb) {
+  VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  vkCmdPipelineBarrier(cb, stages, stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}
+
+}  // namespace
+
+std::array<uint32_t, 3> Groups1D(uint64_t count, uint32_t local_size, uint32_t max_groups) {
+  uint64_t groups = (count + local_size - 1) / local_size;
+  groups = std::clamp<uint64_t>(groups, 1, max_groups);
+  return {static_cast<uint32_t>(groups), 1, 1};
+}
+
+CommandList::CommandList(Accelerator* accelerator, std::string label)
+    : accelerator_(accelerator), label_(std::move(label)) {}
+
+CommandList::~CommandList() {
+  VkDevice dev = accelerator_->device().handle();
+  absl::MutexLock lock(&mu_);
+  for (auto& r : recordings_) {
+    if (r->queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev, r->queries, nullptr);
+    if (r->descriptors != VK_NULL_HANDLE) vkDestroyDescriptorPool(dev, r->descriptors, nullptr);
+  }
+  if (pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(dev, pool_, nullptr);
+}
+
+bool CommandList::sealed() const {
+  absl::MutexLock lock(&mu_);
+  return sealed_;
+}
+
+absl::Status CommandList::CheckAppendable() const {
+  if (sealed()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("command list '", label_, "' was already submitted and can no longer change"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, std::vector<BufferArg> args,
+                                   absl::Span<const uint8_t> push_constants, std::array<uint32_t, 3> groups,
+                                   const SpecValues& spec) {
+  RETURN_IF_ERROR(CheckAppendable());
+  if (kernel == nullptr) return absl::InvalidArgumentError("Dispatch: null kernel");
+  const KernelReflection& r = kernel->reflection();
+  const std::string& name = kernel->name();
+  if (args.size() != r.bindings.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' expects ", r.bindings.size(),
+                                                   " buffer arguments, got ", args.size()));
+  }
+  const VkPhysicalDeviceLimits& limits = accelerator_->info().limits;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelBinding& b = r.bindings[i];
+    const BufferArg& a = args[i];
+    if (a.buffer == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": null buffer"));
+    }
+    if (a.buffer->accelerator() != accelerator_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel '", name, "' binding ", b.binding, ": buffer lives on accelerator ",
+          a.buffer->accelerator()->index(), ", the command list on accelerator ", accelerator_->index(),
+          " (copy it first)"));
+    }
+    if (a.offset > a.buffer->size() || (a.size != VK_WHOLE_SIZE && a.offset + a.size > a.buffer->size())) {
+      return absl::OutOfRangeError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": range [", a.offset,
+                                                ", +", a.size, ") is outside the buffer of ",
+                                                a.buffer->size(), " bytes"));
+    }
+    uint64_t size = a.resolved_size();
+    if (size < b.min_size || size == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, " expects a ",
+                                                     b.kind == BindingKind::kUniformBuffer ? "uniform" : "storage",
+                                                     " buffer of at least ", std::max<uint64_t>(b.min_size, 1),
+                                                     " bytes, got ", size));
+    }
+    uint64_t max_range = b.kind == BindingKind::kUniformBuffer ? limits.maxUniformBufferRange
+                                                               : limits.maxStorageBufferRange;
+    if (size > max_range) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": ", size,
+                                                     " bytes exceeds the device's binding limit of ", max_range,
+                                                     " bytes (split the buffer)"));
+    }
+    uint64_t align = b.kind == BindingKind::kUniformBuffer ? limits.minUniformBufferOffsetAlignment
+                                                           : limits.minStorageBufferOffsetAlignment;
+    if (a.offset % align != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": offset ",
+                                                     a.offset, " is not a multiple of ", align));
+    }
+  }
+  if (push_constants.size() != r.push_constant_size) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' expects ", r.push_constant_size,
+                                                   " bytes of push constants, got ", push_constants.size()));
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (groups[d] == 0 || groups[d] > limits.maxComputeWorkGroupCount[d]) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "': ", groups[d],
+                                                     " workgroups in dimension ", d, " (allowed 1..",
+                                                     limits.maxComputeWorkGroupCount[d], ")"));
+    }
+  }
+  ASSIGN_OR_RETURN(const Pipeline* pipeline, accelerator_->device().GetPipeline(kernel, spec));
+  Command c{Command::kDispatch};
+  c.pipeline = pipeline;
+  c.args = std::move(args);
+  c.push.assign(push_constants.begin(), push_constants.end());
+  c.groups = groups;
+  c.name = name;
+  commands_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
+absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
+  RETURN_IF_ERROR(CheckAppendable());
+  if (src.buffer == nullptr || dst.buffer == nullptr) return absl::InvalidArgumentError("Copy: null buffer");
+  if (dst.buffer->accelerator() != accelerator_) {
+    return absl::InvalidArgumentError(absl::StrCat("Copy: the destination lives on accelerator ",
+                                                   dst.buffer->accelerator()->index(),
+                                                   "; a command list copies into its own accelerator (",
+                                                   accelerator_->index(), ")"));
+  }
+  for (const BufferArg* a : {&src, &dst}) {
+    if (a->offset > a->buffer->size() ||
+        (a->size != VK_WHOLE_SIZE && a->offset + a->size > a->buffer->size())) {
+      return absl::OutOfRangeError(absl::StrCat("Copy: range [", a->offset, ", +", a->size,
+                                                ") is outside a buffer of ", a->buffer->size(), " bytes"));
+    }
+  }
+  uint64_t size = src.resolved_size();
+  if (size != dst.resolved_size() || size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Copy: source has ", size, " bytes, destination ",
+                                                   dst.resolved_size(), " (they must match and be > 0)"));
+  }
+  Command c{Command::kCopy};
+  c.args = {BufferArg(src.buffer, src.offset, size), BufferArg(dst.buffer, dst.offset, size)};
+  c.name = "copy";
+  Accelerator* from = src.buffer->accelerator();
+  switch (accelerator_->PathFrom(*from)) {
+    case CopyPath::kSameQueue:
+    case CopyPath::kSameDevice:
+      break;
+    case CopyPath::kExternalMemory: {
+      ASSIGN_OR_RETURN(c.imported, accelerator_->imports_->Get(from->device_pool(), *src.buffer->block()));
+      c.name = "copy-import";
+      break;
+    }
+    case CopyPath::kHostStaged:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Copy: no device path from accelerator ", from->index(), " to ", accelerator_->index(),
+          "; use Accelerator::Copy, which stages through the host"));
+  }
+  commands_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
+absl::Status CommandList::Fill(const BufferArg& dst, uint32_t word) {
+  RETURN_IF_ERROR(CheckAppendable());
+  if (dst.buffer == nullptr) return absl::InvalidArgumentError("Fill: null buffer");
+  if (dst.buffer->accelerator() != accelerator_) {
+    return absl::InvalidArgumentError("Fill: the buffer lives on another accelerator");
+  }
+  uint64_t size = dst.resolved_size();
+  if (dst.offset % 4 != 0 || size % 4 != 0 || size == 0 || dst.offset + size > dst.buffer->size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Fill: offset ", dst.offset, " and size ", size,
+                                                   " must be multiples of 4 inside a buffer of ",
+                                                   dst.buffer->size(), " bytes"));
+  }
+  Command c{Command::kFill};
+  c.args = {BufferArg(dst.buffer, dst.offset, size)};
+  c.word = word;
+  c.name = "fill";
+  commands_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(bool traced) {
+  absl::MutexLock lock(&mu_);
+  sealed_ = true;
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if ((*it)->traced == traced) {
+      Recording* r = *it;
+      free_.erase(it);
+      return r;
+    }
+  }
+  VkDevice dev = accelerator_->device().handle();
+  if (pool_ == VK_NULL_HANDLE) {
+    VkCommandPoolCreateInfo info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    info.queueFamilyIndex = accelerator_->device().queue_family();
+    VK_RETURN_IF_ERROR(vkCreateCommandPool(dev, &info, nullptr, &pool_));
+  }
+  auto r = std::make_unique<Recording>();
+  r->traced = traced;
+  auto cleanup = absl::MakeCleanup([&] {
+    if (r == nullptr) return;
+    if (r->cb != VK_NULL_HANDLE) vkFreeCommandBuffers(dev, pool_, 1, &r->cb);
+    if (r->queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev, r->queries, nullptr);
+    if (r->descriptors != VK_NULL_HANDLE) vkDestroyDescriptorPool(dev, r->descriptors, nullptr);
+  });
+  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  alloc.commandPool = pool_;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  VK_RETURN_IF_ERROR(vkAllocateCommandBuffers(dev, &alloc, &r->cb));
+  RETURN_IF_ERROR(Record(r.get()));
+  Recording* out = r.get();
+  recordings_.push_back(std::move(r));
+  return out;
+}
+
+void CommandList::ReleaseRecording(Recording* r) {
+  absl::MutexLock lock(&mu_);
+  free_.push_back(r);
+}
+
+absl::Status CommandList::Record(Recording* r) {
+  VkDevice dev = accelerator_->device().handle();
+  Device& device = accelerator_->device();
+  if (r->traced && !commands_.empty()) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = static_cast<uint32_t>(2 * commands_.size());
+    VK_RETURN_IF_ERROR(vkCreateQueryPool(dev, &qi, nullptr, &r->queries));
+  }
+  // Descriptor sets, when the device cannot push them.
+  std::vector<VkDescriptorSet> sets(commands_.size(), VK_NULL_HANDLE);
+  if (!device.push_descriptors()) {
+    uint32_t dispatches = 0, storage = 0, uniform = 0;
+    for (const Command& c : commands_) {
+      if (c.kind != Command::kDispatch) continue;
+      ++dispatches;
+      for (const auto& b : c.pipeline->kernel->reflection().bindings) {
+        (b.kind == BindingKind::kUniformBuffer ? uniform : storage)++;
+      }
+    }
+    if (dispatches > 0) {
+      std::vector<VkDescriptorPoolSize> sizes;
+      if (storage) sizes.push_back({VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, storage});
+      if (uniform) sizes.push_back({VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, uniform});
+      VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+      pi.maxSets = dispatches;
+      pi.poolSizeCount = static_cast<uint32_t>(sizes.size());
+      pi.pPoolSizes = sizes.data();
+      VK_RETURN_IF_ERROR(vkCreateDescriptorPool(dev, &pi, nullptr, &r->descriptors));
+      for (size_t i = 0; i < commands_.size(); ++i) {
+        if (commands_[i].kind != Command::kDispatch) continue;
+        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+        ai.descriptorPool = r->descriptors;
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &commands_[i].pipeline->set_layout;
+        VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(dev, &ai, &sets[i]));
+      }
+    }
+  }
+
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  VK_RETURN_IF_ERROR(vkBeginCommandBuffer(r->cb, &begin));
+  if (r->queries != VK_NULL_HANDLE) vkCmdResetQueryPool(r->cb, r->queries, 0, 2 * commands_.size());
+  GlobalBarrier(r->cb);
+
+  // Hazard tracking by buffer: a barrier goes before a command that touches
+  // what an earlier command (since the last barrier) wrote, or writes what it read.
+  absl::flat_hash_set<VkBuffer> written, read;
+  const Pipeline* bound = nullptr;
+  for (size_t i = 0; i < commands_.size(); ++i) {
+    const Command& c = commands_[i];
+    std::vector<VkBuffer> reads, writes;
+    switch (c.kind) {
+      case Command::kDispatch: {
+        const auto& bindings = c.pipeline->kernel->reflection().bindings;
+        for (size_t j = 0; j < c.args.size(); ++j) {
+          if (!bindings[j].write_only) reads.push_back(c.args[j].buffer->handle());
+          if (!bindings[j].read_only) writes.push_back(c.args[j].buffer->handle());
+        }
+        break;
+      }
+      case Command::kCopy:
+        reads.push_back(c.imported ? c.imported->buffer : c.args[0].buffer->handle());
+        writes.push_back(c.args[1].buffer->handle());
+        break;
+      case Command::kFill:
+        writes.push_back(c.args[0].buffer->handle());
+        break;
+    }
+    bool hazard = false;
+    for (VkBuffer b : reads) hazard |= written.contains(b);
+    for (VkBuffer b : writes) hazard |= written.contains(b) || read.contains(b);
+    if (hazard) {
+      GlobalBarrier(r->cb);
+      written.clear();
+      read.clear();
+    }
+    written.insert(writes.begin(), writes.end());
+    read.insert(reads.begin(), reads.end());
+
+    if (r->queries != VK_NULL_HANDLE) {
+      vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 2 * i);
+    }
+    switch (c.kind) {
+      case Command::kDispatch: {
+        const Pipeline* p = c.pipeline;
+        if (p != bound) {
+          vkCmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipeline);
+          bound = p;
+        }
+        const auto& bindings = p->kernel->reflection().bindings;
+        std::vector<VkDescriptorBufferInfo> infos(c.args.size());
+        std::vector<VkWriteDescriptorSet> writes_ds(c.args.size());
+        for (size_t j = 0; j < c.args.size(); ++j) {
+          infos[j] = {c.args[j].buffer->handle(), c.args[j].offset, c.args[j].resolved_size()};
+          VkWriteDescriptorSet& w = writes_ds[j];
+          w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+          w.dstSet = sets[i];
+          w.dstBinding = bindings[j].binding;
+          w.descriptorCount = 1;
+          w.descriptorType = bindings[j].kind == BindingKind::kUniformBuffer ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
+                                                                             : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+          w.pBufferInfo = &infos[j];
+        }
+        if (!writes_ds.empty()) {
+          if (p->push_descriptors) {
+            device.push_descriptor_fn()(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0,
+                                        static_cast<uint32_t>(writes_ds.size()), writes_ds.data());
+          } else {
+            vkUpdateDescriptorSets(dev, static_cast<uint32_t>(writes_ds.size()), writes_ds.data(), 0, nullptr);
+            vkCmdBindDescriptorSets(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &sets[i], 0, nullptr);
+          }
+        }
+        if (!c.push.empty()) {
+          vkCmdPushConstants(r->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                             static_cast<uint32_t>(c.push.size()), c.push.data());
+        }
+        vkCmdDispatch(r->cb, c.groups[0], c.groups[1], c.groups[2]);
+        break;
+      }
+      case Command::kCopy: {
+        VkBuffer src = c.args[0].buffer->handle();
+        uint64_t src_offset = c.args[0].offset;
+        if (c.imported) {
+          // The peer's memory, reached through this device's import of its
+          // whole block; acquire it from the external queue family first.
+          src = c.imported->buffer;
+          src_offset += c.args[0].buffer->block_offset();
+          VkBufferMemoryBarrier acquire{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
+          acquire.srcAccessMask = 0;
+          acquire.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
+          acquire.srcQueueFamilyIndex = VK_QUEUE_FAMILY_EXTERNAL;
+          acquire.dstQueueFamilyIndex = device.queue_family();
+          acquire.buffer = src;
+          acquire.offset = src_offset;
+          acquire.size = c.args[0].size;
+          vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 0,
+                               nullptr, 1, &acquire, 0, nullptr);
+        }
+        VkBufferCopy region{src_offset, c.args[1].offset, c.args[0].size};
+        vkCmdCopyBuffer(r->cb, src, c.args[1].buffer->handle(), 1, &region);
+        break;
+      }
+      case Command::kFill:
+        vkCmdFillBuffer(r->cb, c.args[0].buffer->handle(), c.args[0].offset, c.args[0].size, c.word);
+        break;
+    }
+    if (r->queries != VK_NULL_HANDLE) {
+      vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 2 * i + 1);
+    }
+  }
+  VK_RETURN_IF_ERROR(vkEndCommandBuffer(r->cb));
+  return absl::OkStatus();
+}
+
+void CommandList::CollectTimestamps(Recording* r, int accelerator_index) {
+  if (r->queries == VK_NULL_HANDLE) return;
+  std::vector<uint64_t> ticks(2 * commands_.size());
+  VkResult res = vkGetQueryPoolResults(accelerator_->device().handle(), r->queries, 0,
+                                       static_cast<uint32_t>(ticks.size()), ticks.size() * sizeof(uint64_t),
+                                       ticks.data(), sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
+  if (res != VK_SUCCESS) return;
+  double period = accelerator_->info().limits.timestampPeriod;  // ns per tick, a float
+  Tracer& tracer = Tracer::Get();
+  for (size_t i = 0; i < commands_.size(); ++i) {
+    TraceEvent e;
+    e.kind = TraceEvent::kDevice;
+    e.name = commands_[i].name;
+    e.track = accelerator_index;
+    e.begin_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i]) * period);
+    e.end_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i + 1]) * period);
+    tracer.Add(std::move(e));
+  }
+}
+
+}  // namespace causeway

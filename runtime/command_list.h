@@ -1,0 +1,132 @@
+// A command list: dispatches and copies recorded once and replayed.
+//
+// Commands are checked when appended (arguments against the kernel's
+// reflection, sizes against the device's limits) and turned into a
+// VkCommandBuffer at the first submit. Barriers are inserted where one command
+// reads or writes what an earlier one wrote (or writes what it read). The list
+// is immutable after its first submit and may then be submitted any number of
+// times, even while earlier submissions are in flight (each concurrent replay
+// gets its own recording, kept for reuse).
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto list, accel->CreateCommandList());
+//   RETURN_IF_ERROR(list->Dispatch(add, {a, b, c}, AddParams{n}, Groups1D(n, 256)));
+//   for (int i = 0; i < 100; ++i) futures.push_back(accel->Submit(list));
+#ifndef CAUSEWAY_RUNTIME_COMMAND_LIST_H_
+#define CAUSEWAY_RUNTIME_COMMAND_LIST_H_
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "runtime/device.h"
+#include "runtime/memory.h"
+
+namespace causeway {
+
+class Accelerator;
+
+// A kernel argument or copy operand: a buffer, or a byte range of one.
+struct BufferArg {
+  BufferArg(std::shared_ptr<Buffer> b) : buffer(std::move(b)) {}  // NOLINT: implicit on purpose
+  BufferArg(std::shared_ptr<Buffer> b, uint64_t off, uint64_t len)
+      : buffer(std::move(b)), offset(off), size(len) {}
+  std::shared_ptr<Buffer> buffer;
+  uint64_t offset = 0;
+  uint64_t size = VK_WHOLE_SIZE;  // to the end of the buffer
+  uint64_t resolved_size() const { return size == VK_WHOLE_SIZE ? buffer->size() - offset : size; }
+};
+
+// Workgroups for `count` items at `local_size` per group (at least 1), capped
+// at `max_groups` (kernels in shaders/ loop over the rest).
+std::array<uint32_t, 3> Groups1D(uint64_t count, uint32_t local_size, uint32_t max_groups = 65535);
+
+// Not thread-safe while being appended to; Submit may be called from any
+// thread once appending is done.
+class CommandList {
+ public:
+  ~CommandList();
+  CommandList(const CommandList&) = delete;
+  CommandList& operator=(const CommandList&) = delete;
+
+  // Appends a dispatch of `kernel` over `groups` workgroups. `args` bind to the
+  // kernel's bindings in order; each must be on this list's accelerator, large
+  // enough for the binding's fixed part and within the device's binding limit.
+  // `push_constants` must have exactly the kernel's push-constant size.
+  absl::Status Dispatch(const std::shared_ptr<const Kernel>& kernel, std::vector<BufferArg> args,
+                        absl::Span<const uint8_t> push_constants, std::array<uint32_t, 3> groups,
+                        const SpecValues& spec = {});
+  template <typename Params, typename = std::enable_if_t<std::is_trivially_copyable_v<Params> &&
+                                                         !std::is_convertible_v<Params, absl::Span<const uint8_t>>>>
+  absl::Status Dispatch(const std::shared_ptr<const Kernel>& kernel, std::vector<BufferArg> args,
+                        const Params& params, std::array<uint32_t, 3> groups, const SpecValues& spec = {}) {
+    return Dispatch(kernel, std::move(args),
+                    absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(&params), sizeof(Params)),
+                    groups, spec);
+  }
+
+  // Copies src to dst (equal sizes). dst must be on this list's accelerator;
+  // src may be on another one that has a device path to it (see
+  // Accelerator::PathFrom); a host-staged pair needs Accelerator::Copy.
+  absl::Status Copy(const BufferArg& src, const BufferArg& dst);
+
+  // Fills dst with a repeated 32-bit word (offset and size multiples of 4).
+  absl::Status Fill(const BufferArg& dst, uint32_t word);
+
+  Accelerator* accelerator() const { return accelerator_; }
+  size_t size() const { return commands_.size(); }
+  bool sealed() const;
+  const std::string& label() const { return label_; }
+
+ private:
+  friend class Accelerator;
+  struct Command {
+    enum Kind { kDispatch, kCopy, kFill } kind;
+    const Pipeline* pipeline = nullptr;
+    std::vector<BufferArg> args;  // dispatch bindings; copy: {src, dst}; fill: {dst}
+    std::vector<uint8_t> push;
+    std::array<uint32_t, 3> groups{};
+    uint32_t word = 0;
+    std::shared_ptr<ImportedBlock> imported;  // copy from a peer device's memory
+    std::string name;
+  };
+  // One recording of the list; reused once its submission retires.
+  struct Recording {
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    VkQueryPool queries = VK_NULL_HANDLE;  // two per command when traced
+    VkDescriptorPool descriptors = VK_NULL_HANDLE;
+    bool traced = false;
+  };
+
+  CommandList(Accelerator* accelerator, std::string label);
+  absl::Status CheckAppendable() const;
+  // A free recording, made if needed. Thread-safe.
+  absl::StatusOr<Recording*> AcquireRecording(bool traced);
+  void ReleaseRecording(Recording* r);
+  absl::Status Record(Recording* r);
+  // Device time of each command of a finished traced recording.
+  void CollectTimestamps(Recording* r, int accelerator_index);
+
+  Accelerator* accelerator_;
+  std::string label_;
+  std::vector<Command> commands_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+
+  mutable absl::Mutex mu_;
+  bool sealed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Recording>> recordings_ ABSL_GUARDED_BY(mu_);
+  std::vector<Recording*> free_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_RUNTIME_COMMAND_LIST_H_

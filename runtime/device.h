@@ -1,0 +1,100 @@
+// A logical device (VkDevice) and what is per device: queues, extension entry
+// points, the on-disk pipeline cache and the pipelines built on it.
+//
+// Accelerators are queues. On a GPU with several compute queues, accelerators
+// share one Device; on lavapipe (one queue per VkDevice) each has its own.
+#ifndef CAUSEWAY_RUNTIME_DEVICE_H_
+#define CAUSEWAY_RUNTIME_DEVICE_H_
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/instance.h"
+#include "runtime/kernel.h"
+
+namespace causeway {
+
+// A kernel built for one device with one set of specialization values.
+// Owned by its Device; immutable after creation.
+struct Pipeline {
+  std::shared_ptr<const Kernel> kernel;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  std::array<uint32_t, 3> local_size{};
+  bool push_descriptors = false;
+};
+
+// Specialization values: constant id -> 32-bit value (floats by bit pattern).
+using SpecValues = std::vector<std::pair<uint32_t, uint32_t>>;
+
+struct DeviceOptions {
+  uint32_t queue_count = 1;
+  bool use_push_descriptors = true;  // when the extension exists
+  bool enable_external_memory = true;  // VK_KHR_external_memory_fd when it exists
+  std::string pipeline_cache_dir;      // "" = default (see DefaultCacheDir), "-" = none
+};
+
+// Thread-safe. Outlives its accelerators, buffers and pipelines.
+class Device {
+ public:
+  static absl::StatusOr<std::shared_ptr<Device>> Create(std::shared_ptr<Instance> instance,
+                                                        const PhysicalDeviceInfo& info,
+                                                        const DeviceOptions& options);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  VkDevice handle() const { return device_; }
+  const PhysicalDeviceInfo& info() const { return info_; }
+  uint32_t queue_family() const { return queue_family_; }
+  VkQueue queue(uint32_t i) const { return queues_[i]; }
+  uint32_t queue_count() const { return static_cast<uint32_t>(queues_.size()); }
+  bool push_descriptors() const { return push_descriptor_fn_ != nullptr; }
+  bool external_memory() const { return get_memory_fd_fn_ != nullptr; }
+
+  // The pipeline for `kernel` with `spec` on this device, built at first use
+  // through the pipeline cache and kept for the device's lifetime.
+  absl::StatusOr<const Pipeline*> GetPipeline(const std::shared_ptr<const Kernel>& kernel,
+                                              const SpecValues& spec = {});
+
+  // Writes the pipeline cache to disk now (also done on destruction).
+  absl::Status SavePipelineCache();
+  const std::string& pipeline_cache_path() const { return cache_path_; }
+
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return push_descriptor_fn_; }
+  PFN_vkGetMemoryFdKHR get_memory_fd_fn() const { return get_memory_fd_fn_; }
+
+  // $CAUSEWAY_CACHE_DIR, else $XDG_CACHE_HOME/causeway, else $HOME/.cache/causeway.
+  static std::string DefaultCacheDir();
+
+ private:
+  Device() = default;
+  std::shared_ptr<Instance> instance_;
+  PhysicalDeviceInfo info_;
+  VkDevice device_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  std::vector<VkQueue> queues_;
+  VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
+  std::string cache_path_;
+  PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn_ = nullptr;
+  PFN_vkGetMemoryFdKHR get_memory_fd_fn_ = nullptr;
+
+  absl::Mutex mu_;
+  // Keyed by kernel hash and specialization values.
+  absl::flat_hash_map<std::pair<uint64_t, SpecValues>, std::unique_ptr<Pipeline>> pipelines_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_RUNTIME_DEVICE_H_

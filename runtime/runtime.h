@@ -1,0 +1,86 @@
+// The entry point: a Vulkan instance and the accelerators made from it.
+//
+// Example:
+//   RuntimeOptions options;
+//   options.accelerators = 4;
+//   ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+//   Accelerator* a = rt->accelerator(0);
+//   ASSIGN_OR_RETURN(auto x, a->CreateBuffer(1 << 20));
+//
+// Settings come from RuntimeOptions; a field left at its default takes the
+// environment variable named beside it, then the built-in default.
+#ifndef CAUSEWAY_RUNTIME_RUNTIME_H_
+#define CAUSEWAY_RUNTIME_RUNTIME_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/accelerator.h"
+#include "runtime/device.h"
+#include "runtime/instance.h"
+
+namespace causeway {
+
+struct RuntimeOptions {
+  // How many accelerators (CAUSEWAY_ACCELERATORS; default 1).
+  int accelerators = 0;
+  // Which physical device (CAUSEWAY_DEVICE; default "auto"): "auto" (a discrete
+  // GPU, else integrated, virtual, then a CPU driver), a type ("gpu",
+  // "discrete", "integrated", "virtual", "cpu"), an index ("1"), or a
+  // deviceUUID as 32 hex digits (dashes allowed).
+  std::string device;
+  // Device-buffer budget per accelerator (CAUSEWAY_MEMORY_BUDGET, e.g.
+  // "512MiB"; default: the device-local heap divided among the accelerators).
+  uint64_t memory_budget = 0;
+  // In-flight submissions per accelerator (CAUSEWAY_RING_SLOTS; default 64).
+  uint32_t ring_capacity = 0;
+  // VK_LAYER_KHRONOS_validation (also CAUSEWAY_VALIDATION=1).
+  bool validation = false;
+  // "auto": queues of one VkDevice where the device has enough, else one
+  // VkDevice per accelerator; "queues" or "devices" to insist.
+  std::string sharing = "auto";
+  bool use_push_descriptors = true;   // off: descriptor sets
+  bool use_external_memory = true;    // off: copies between VkDevices go through the host
+  std::string pipeline_cache_dir;     // see DeviceOptions
+};
+
+// What Create would make, without making it: for `causeway devices`.
+struct RuntimePlan {
+  const PhysicalDeviceInfo* device = nullptr;
+  int accelerators = 0;
+  bool shared_device = false;  // queues of one VkDevice
+  uint64_t memory_budget = 0;
+  uint32_t ring_capacity = 0;
+  CopyPath copy_path = CopyPath::kSameQueue;  // between two accelerators
+};
+
+// Thread-safe. Destroying it waits for in-flight work (bounded) and frees all.
+class Runtime {
+ public:
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const RuntimeOptions& options = {});
+  // Resolves options against the environment and the devices of `instance`.
+  static absl::StatusOr<RuntimePlan> Plan(const Instance& instance, const RuntimeOptions& options);
+  ~Runtime();
+
+  size_t size() const { return accelerators_.size(); }
+  Accelerator* accelerator(size_t i) const { return accelerators_[i].get(); }
+  std::vector<Accelerator*> accelerators() const;
+  const Instance& instance() const { return *instance_; }
+  const RuntimePlan& plan() const { return plan_; }
+
+ private:
+  Runtime() = default;
+  std::shared_ptr<Instance> instance_;
+  RuntimePlan plan_;
+  std::vector<std::unique_ptr<Accelerator>> accelerators_;
+};
+
+// Picks a physical device by selector (see RuntimeOptions::device).
+absl::StatusOr<const PhysicalDeviceInfo*> SelectPhysicalDevice(const std::vector<PhysicalDeviceInfo>& devices,
+                                                               const std::string& selector);
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_RUNTIME_RUNTIME_H_

@@ -1,0 +1,25 @@
+// The one place where a VkResult becomes an absl::Status.
+#ifndef CAUSEWAY_RUNTIME_VK_STATUS_H_
+#define CAUSEWAY_RUNTIME_VK_STATUS_H_
+
+#include <vulkan/vulkan.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace causeway {
+
+// The enumerator's name, e.g. "VK_ERROR_DEVICE_LOST".
+const char* VkResultName(VkResult result);
+
+// OK for VK_SUCCESS (and the non-error codes VK_INCOMPLETE, VK_SUBOPTIMAL_KHR);
+// otherwise a status whose code fits the result (out of memory becomes
+// ResourceExhausted, device lost becomes Unavailable, ...) and whose message
+// names `what` and the result.
+absl::Status VkStatus(VkResult result, absl::string_view what);
+
+}  // namespace causeway
+
+#define VK_RETURN_IF_ERROR(call) RETURN_IF_ERROR(::causeway::VkStatus((call), #call))
+
+#endif  // CAUSEWAY_RUNTIME_VK_STATUS_H_

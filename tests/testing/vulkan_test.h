@@ -1,0 +1,46 @@
+// Shared test support: a runtime on lavapipe with the validation layer on,
+// and a check that no test raised a validation error.
+#ifndef CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
+#define CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+
+namespace causeway::testing {
+
+// Options for tests: validation on, the CPU driver, a private pipeline cache.
+RuntimeOptions TestOptions(int accelerators = 1);
+
+// Creates a runtime or fails the test.
+std::unique_ptr<Runtime> MakeRuntime(const RuntimeOptions& options);
+inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
+  return MakeRuntime(TestOptions(accelerators));
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+
+}  // namespace causeway::testing
+
+#define ASSERT_OK(expr)                                   \
+  do {                                                    \
+    const ::absl::Status assert_ok_status_ = (expr);      \
+    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
+  } while (0)
+#define EXPECT_OK(expr)                                   \
+  do {                                                    \
+    const ::absl::Status expect_ok_status_ = (expr);      \
+    EXPECT_TRUE(expect_ok_status_.ok()) << expect_ok_status_; \
+  } while (0)
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                              \
+  ASSERT_OK_AND_ASSIGN_IMPL_(CAUSEWAY_CONCAT_(assert_or_, __LINE__), lhs, rexpr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(var, lhs, rexpr)   \
+  auto var = (rexpr);                                 \
+  ASSERT_TRUE(var.ok()) << var.status();              \
+  lhs = std::move(var).value()
+
+#endif  // CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
