@@ -25,6 +25,11 @@ namespace causeway {
 //
 // Thread-safe: glslang is initialized once per process on first use, and
 // compilations may run concurrently.
+//
+// Unlike the SPIR-V checks in kernel.h, this is not safe against hostile
+// source: glslang's preprocessor expands macros without a budget, so a few
+// lines of nested #defines can take minutes and gigabytes. Compile source
+// from untrusted parties in a process that can be killed on a time limit.
 absl::StatusOr<std::vector<uint32_t>> CompileGlsl(
     absl::string_view name, absl::string_view source,
     absl::Span<const std::pair<std::string, std::string>> defines = {});

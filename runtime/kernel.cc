@@ -9,11 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <spirv-tools/libspirv.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <spirv-tools/libspirv.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,8 +32,7 @@ constexpr size_t kMaxSpirvFileBytes = size_t{256} << 20;
 
 // Same code, message prefixed with "kernel '<name>': ".
 absl::Status InKernel(absl::string_view name, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("kernel '", name, "': ",
-                                                  status.message()));
+  return absl::Status(status.code(), absl::StrCat("kernel '", name, "': ", status.message()));
 }
 
 uint64_t Fnv1a64(absl::Span<const uint32_t> words) {
@@ -54,8 +52,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int error = errno;
-    const std::string message = absl::StrCat(
-        "cannot open kernel file '", path, "': ", std::strerror(error));
+    const std::string message = absl::StrCat("cannot open kernel file '", path, "': ", std::strerror(error));
     switch (error) {
       case ENOENT:
       case ENOTDIR:
@@ -73,17 +70,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   } closer{fd};
   struct stat info;
   if (::fstat(fd, &info) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot stat kernel file '", path, "': ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot stat kernel file '", path, "': ", std::strerror(errno)));
   }
   if (!S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kernel file '", path, "' is not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat("kernel file '", path, "' is not a regular file"));
   }
   if (static_cast<uint64_t>(info.st_size) > kMaxSpirvFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kernel file '", path, "' is ", info.st_size,
-                     " bytes, more than the limit of ", kMaxSpirvFileBytes));
+    return absl::InvalidArgumentError(absl::StrCat("kernel file '", path, "' is ", info.st_size,
+                                                   " bytes, more than the limit of ", kMaxSpirvFileBytes));
   }
   std::string contents;
   char chunk[64 * 1024];
@@ -91,16 +86,15 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
     const ssize_t n = ::read(fd, chunk, sizeof(chunk));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat(
-          "cannot read kernel file '", path, "': ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot read kernel file '", path, "': ", std::strerror(errno)));
     }
     if (n == 0) break;
     contents.append(chunk, static_cast<size_t>(n));
     // The file may have grown since fstat.
     if (contents.size() > kMaxSpirvFileBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("kernel file '", path, "' is more than the limit of ",
-                       kMaxSpirvFileBytes, " bytes"));
+          absl::StrCat("kernel file '", path, "' is more than the limit of ", kMaxSpirvFileBytes, " bytes"));
     }
   }
   return contents;
@@ -108,62 +102,55 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
-absl::Status ValidateSpirv(absl::Span<const uint32_t> words,
-                           spv_target_env env) {
+absl::Status ValidateSpirv(absl::Span<const uint32_t> words, spv_target_env env) {
   if (words.empty()) {
     return absl::InvalidArgumentError("SPIR-V validation failed: empty module");
   }
   spvtools::SpirvTools tools(env);
   if (!tools.IsValid()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SPIR-V validation: unsupported target environment ",
-        static_cast<int>(env)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SPIR-V validation: unsupported target environment ", static_cast<int>(env)));
   }
   std::string log;
   // The messages name the instruction at fault themselves; the position
   // spirv-tools reports alongside is not always a word offset in the module.
-  tools.SetMessageConsumer([&log](spv_message_level_t level, const char*,
-                                  const spv_position_t&, const char* message) {
-    if (level > SPV_MSG_ERROR) return;  // warnings and info
-    if (!log.empty()) log += "\n";
-    log += message;
-  });
+  tools.SetMessageConsumer(
+      [&log](spv_message_level_t level, const char*, const spv_position_t&, const char* message) {
+        if (level > SPV_MSG_ERROR) return;  // warnings and info
+        if (!log.empty()) log += "\n";
+        log += message;
+      });
   if (!tools.Validate(words.data(), words.size(), spvtools::ValidatorOptions())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SPIR-V validation failed (", spvTargetEnvDescription(env), "): ",
-        log.empty() ? "no message" : log));
+    return absl::InvalidArgumentError(absl::StrCat("SPIR-V validation failed (", spvTargetEnvDescription(env),
+                                                   "): ", log.empty() ? "no message" : log));
   }
   return absl::OkStatus();
 }
 
-Kernel::Kernel(std::string name, std::vector<uint32_t> words,
-               KernelReflection reflection)
+Kernel::Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection)
     : name_(std::move(name)),
       words_(std::move(words)),
       reflection_(std::move(reflection)),
       hash_(Fnv1a64(words_)) {}
 
-absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirv(
-    std::string name, absl::Span<const uint32_t> words) {
+absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirv(std::string name,
+                                                                absl::Span<const uint32_t> words) {
   if (absl::Status s = CheckSpirvHeader(words); !s.ok()) return InKernel(name, s);
   if (absl::Status s = ValidateSpirv(words); !s.ok()) return InKernel(name, s);
   absl::StatusOr<KernelReflection> reflection = ReflectSpirv(words);
   if (!reflection.ok()) return InKernel(name, reflection.status());
   return std::shared_ptr<const Kernel>(
-      new Kernel(std::move(name), std::vector<uint32_t>(words.begin(), words.end()),
-                 *std::move(reflection)));
+      new Kernel(std::move(name), std::vector<uint32_t>(words.begin(), words.end()), *std::move(reflection)));
 }
 
-absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirvBytes(
-    std::string name, absl::string_view bytes) {
+absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirvBytes(std::string name,
+                                                                     absl::string_view bytes) {
   if (bytes.empty()) {
-    return InKernel(name, absl::InvalidArgumentError(
-                              "empty SPIR-V module: 0 bytes"));
+    return InKernel(name, absl::InvalidArgumentError("empty SPIR-V module: 0 bytes"));
   }
   if (bytes.size() % 4 != 0) {
-    return InKernel(name, absl::InvalidArgumentError(absl::StrCat(
-                              "truncated SPIR-V: ", bytes.size(),
-                              " bytes is not a whole number of words")));
+    return InKernel(name, absl::InvalidArgumentError(absl::StrCat("truncated SPIR-V: ", bytes.size(),
+                                                                  " bytes is not a whole number of words")));
   }
   // Copied rather than reinterpreted: `bytes` need not be 4-byte aligned.
   std::vector<uint32_t> words(bytes.size() / 4);
@@ -171,8 +158,7 @@ absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirvBytes(
   return FromSpirv(std::move(name), words);
 }
 
-absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromFile(
-    const std::string& path) {
+absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   return FromSpirvBytes(std::filesystem::path(path).stem().string(), bytes);
 }
@@ -180,8 +166,7 @@ absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromFile(
 absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromGlsl(
     std::string name, absl::string_view source,
     absl::Span<const std::pair<std::string, std::string>> defines) {
-  ASSIGN_OR_RETURN(std::vector<uint32_t> words,
-                   CompileGlsl(name, source, defines));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> words, CompileGlsl(name, source, defines));
   return FromSpirv(std::move(name), words);
 }
 

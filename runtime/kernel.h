@@ -25,8 +25,7 @@ namespace causeway {
 // Validates `words` with the spirv-tools validator for `env`. InvalidArgument
 // carrying the validator's message (which names the offending instruction)
 // when the module is invalid or empty.
-absl::Status ValidateSpirv(absl::Span<const uint32_t> words,
-                           spv_target_env env = SPV_ENV_VULKAN_1_2);
+absl::Status ValidateSpirv(absl::Span<const uint32_t> words, spv_target_env env = SPV_ENV_VULKAN_1_2);
 
 // A validated, reflected compute kernel, independent of any device.
 //
@@ -54,20 +53,19 @@ absl::Status ValidateSpirv(absl::Span<const uint32_t> words,
 class Kernel {
  public:
   // Takes a copy of `words`.
-  static absl::StatusOr<std::shared_ptr<const Kernel>> FromSpirv(
-      std::string name, absl::Span<const uint32_t> words);
+  static absl::StatusOr<std::shared_ptr<const Kernel>> FromSpirv(std::string name,
+                                                                 absl::Span<const uint32_t> words);
 
   // `bytes` is a SPIR-V binary as stored on disk, in host byte order. Its
   // size must be a multiple of 4; a byte-swapped module is refused rather
   // than converted.
-  static absl::StatusOr<std::shared_ptr<const Kernel>> FromSpirvBytes(
-      std::string name, absl::string_view bytes);
+  static absl::StatusOr<std::shared_ptr<const Kernel>> FromSpirvBytes(std::string name,
+                                                                      absl::string_view bytes);
 
   // Reads a SPIR-V binary (.spv) file; the kernel's name is the file stem.
   // NotFound naming the path when it does not exist, PermissionDenied when it
   // cannot be opened, InvalidArgument when it is larger than 256 MiB.
-  static absl::StatusOr<std::shared_ptr<const Kernel>> FromFile(
-      const std::string& path);
+  static absl::StatusOr<std::shared_ptr<const Kernel>> FromFile(const std::string& path);
 
   // Compiles GLSL with CompileGlsl (see glsl_compiler.h), then as FromSpirv.
   static absl::StatusOr<std::shared_ptr<const Kernel>> FromGlsl(
@@ -87,8 +85,7 @@ class Kernel {
   uint64_t hash() const { return hash_; }
 
  private:
-  Kernel(std::string name, std::vector<uint32_t> words,
-         KernelReflection reflection);
+  Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection);
 
   const std::string name_;
   const std::vector<uint32_t> words_;

@@ -44,6 +44,7 @@ constexpr uint32_t kStorageClassPhysicalStorageBuffer = 5349;
 // Fewest operand words (after the opcode word) an instruction must have for
 // the reflection to read it; 0 for opcodes it does not read.
 size_t MinOperands(spv::Op op) {
+  // clang-format off
   switch (op) {
     case spv::OpName:                   return 2;  // target, name
     case spv::OpEntryPoint:             return 3;  // model, id, name
@@ -77,6 +78,7 @@ size_t MinOperands(spv::Op op) {
     case spv::OpFunction:               return 4;  // type, result, control, type
     default:                            return 0;
   }
+  // clang-format on
 }
 
 bool IsType(spv::Op op) {
@@ -120,14 +122,12 @@ bool IsConstant(spv::Op op) {
 }
 
 absl::Status Malformed(size_t offset, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("malformed SPIR-V at word ", offset, ": ", what));
+  return absl::InvalidArgumentError(absl::StrCat("malformed SPIR-V at word ", offset, ": ", what));
 }
 
 // Decodes a literal string: UTF-8 bytes packed little-endian into words and
 // NUL-terminated, all within `words`.
-absl::StatusOr<std::string> ReadString(absl::Span<const uint32_t> words,
-                                       size_t offset) {
+absl::StatusOr<std::string> ReadString(absl::Span<const uint32_t> words, size_t offset) {
   std::string s;
   for (uint32_t word : words) {
     for (int byte = 0; byte < 4; ++byte) {
@@ -136,8 +136,7 @@ absl::StatusOr<std::string> ReadString(absl::Span<const uint32_t> words,
       s.push_back(c);
     }
   }
-  return Malformed(offset,
-                   "string literal is not NUL-terminated within its instruction");
+  return Malformed(offset, "string literal is not NUL-terminated within its instruction");
 }
 
 struct Decorations {
@@ -198,14 +197,10 @@ class Reflector {
   absl::StatusOr<KernelReflection> Build();
 
  private:
-  absl::Status CheckResultId(spv::Op op, absl::Span<const uint32_t> operands,
-                             size_t offset);
-  absl::Status Record(spv::Op op, absl::Span<const uint32_t> operands,
-                      size_t offset);
-  absl::Status RecordDecoration(absl::Span<const uint32_t> operands,
-                                size_t offset);
-  absl::Status RecordMemberDecoration(absl::Span<const uint32_t> operands,
-                                      size_t offset);
+  absl::Status CheckResultId(spv::Op op, absl::Span<const uint32_t> operands, size_t offset);
+  absl::Status Record(spv::Op op, absl::Span<const uint32_t> operands, size_t offset);
+  absl::Status RecordDecoration(absl::Span<const uint32_t> operands, size_t offset);
+  absl::Status RecordMemberDecoration(absl::Span<const uint32_t> operands, size_t offset);
 
   absl::Status ReflectLocalSize(uint32_t entry, KernelReflection& reflection);
   absl::Status ReflectSpecConstants(KernelReflection& reflection);
@@ -215,14 +210,12 @@ class Reflector {
 
   // A 32-bit integer constant naming a workgroup dimension: its default
   // value and, for a specialization constant, its SpecId.
-  absl::StatusOr<std::pair<uint32_t, std::optional<uint32_t>>> SizeConstant(
-      uint32_t id) const;
+  absl::StatusOr<std::pair<uint32_t, std::optional<uint32_t>>> SizeConstant(uint32_t id) const;
   // The value of an integer constant used as an array length.
   absl::StatusOr<uint64_t> ArrayLength(uint32_t id) const;
   // Bytes a value of `type` occupies in a block; `member` carries the
   // matrix layout of the enclosing struct member, if any.
-  absl::StatusOr<uint64_t> SizeOf(uint32_t type, const MemberDecorations* member,
-                                  int depth);
+  absl::StatusOr<uint64_t> SizeOf(uint32_t type, const MemberDecorations* member, int depth);
   absl::StatusOr<uint64_t> StructSize(uint32_t id, int depth);
 
   const Definition* Find(uint32_t id) const {
@@ -248,8 +241,7 @@ class Reflector {
   // "%7 'name'" or "%7", for messages.
   std::string Describe(uint32_t id) const {
     std::string name = NameOf(id);
-    return name.empty() ? absl::StrCat("%", id)
-                        : absl::StrCat("%", id, " '", name, "'");
+    return name.empty() ? absl::StrCat("%", id) : absl::StrCat("%", id, " '", name, "'");
   }
 
   absl::Span<const uint32_t> words_;
@@ -259,14 +251,13 @@ class Reflector {
   std::vector<EntryPoint> entry_points_;
   std::vector<ExecutionMode> execution_modes_;
   absl::flat_hash_map<uint32_t, Decorations> decorations_;
-  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, MemberDecorations>
-      member_decorations_;
+  absl::flat_hash_map<std::pair<uint32_t, uint32_t>, MemberDecorations> member_decorations_;
   std::vector<uint32_t> workgroup_size_ids_;  // decorated BuiltIn WorkgroupSize
   absl::flat_hash_map<uint32_t, Definition> definitions_;
   std::vector<uint32_t> spec_constant_ids_;  // in module order
   std::vector<Variable> variables_;          // in module order
   absl::flat_hash_set<uint32_t> functions_;  // OpFunction result ids
-  uint32_t open_function_ = 0;  // the function being walked, 0 between them
+  uint32_t open_function_ = 0;               // the function being walked, 0 between them
   absl::flat_hash_map<uint32_t, uint64_t> struct_sizes_;
   absl::flat_hash_set<uint32_t> structs_in_progress_;
 };
@@ -276,34 +267,27 @@ absl::Status Reflector::Parse() {
   bound_ = words_[3];
   if (bound_ == 0 || bound_ > kMaxIdBound) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SPIR-V header declares an id bound of ", bound_,
-                     ", expected 1 to ", kMaxIdBound));
+        absl::StrCat("SPIR-V header declares an id bound of ", bound_, ", expected 1 to ", kMaxIdBound));
   }
   size_t offset = kHeaderWords;
   while (offset < words_.size()) {
     const uint32_t word_count = words_[offset] >> 16;
     const auto op = static_cast<spv::Op>(words_[offset] & 0xFFFF);
     if (word_count == 0) {
-      return Malformed(offset, absl::StrCat("instruction with opcode ",
-                                            static_cast<uint32_t>(op),
+      return Malformed(offset, absl::StrCat("instruction with opcode ", static_cast<uint32_t>(op),
                                             " has a word count of 0"));
     }
     const size_t remaining = words_.size() - offset;
     if (word_count > remaining) {
       return Malformed(
-          offset, absl::StrCat("instruction with opcode ",
-                               static_cast<uint32_t>(op), " has ", word_count,
-                               " words but only ", remaining,
-                               " remain in the module"));
+          offset, absl::StrCat("instruction with opcode ", static_cast<uint32_t>(op), " has ", word_count,
+                               " words but only ", remaining, " remain in the module"));
     }
-    const absl::Span<const uint32_t> operands =
-        words_.subspan(offset + 1, word_count - 1);
+    const absl::Span<const uint32_t> operands = words_.subspan(offset + 1, word_count - 1);
     if (operands.size() < MinOperands(op)) {
-      return Malformed(offset, absl::StrCat("instruction with opcode ",
-                                            static_cast<uint32_t>(op), " has ",
-                                            operands.size(),
-                                            " operands, expected at least ",
-                                            MinOperands(op)));
+      return Malformed(offset,
+                       absl::StrCat("instruction with opcode ", static_cast<uint32_t>(op), " has ",
+                                    operands.size(), " operands, expected at least ", MinOperands(op)));
     }
     RETURN_IF_ERROR(CheckResultId(op, operands, offset));
     RETURN_IF_ERROR(Record(op, operands, offset));
@@ -311,30 +295,24 @@ absl::Status Reflector::Parse() {
   }
   if (open_function_ != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("truncated SPIR-V: the module ends inside function %",
-                     open_function_));
+        absl::StrCat("truncated SPIR-V: the module ends inside function %", open_function_));
   }
   return absl::OkStatus();
 }
 
-absl::Status Reflector::CheckResultId(spv::Op op,
-                                      absl::Span<const uint32_t> operands,
-                                      size_t offset) {
+absl::Status Reflector::CheckResultId(spv::Op op, absl::Span<const uint32_t> operands, size_t offset) {
   bool has_result = false;
   bool has_result_type = false;
   spv::HasResultAndType(op, &has_result, &has_result_type);
   if (!has_result) return absl::OkStatus();
   const size_t index = has_result_type ? 1 : 0;
   if (operands.size() <= index) {
-    return Malformed(offset, absl::StrCat("instruction with opcode ",
-                                          static_cast<uint32_t>(op),
-                                          " has no result id"));
+    return Malformed(
+        offset, absl::StrCat("instruction with opcode ", static_cast<uint32_t>(op), " has no result id"));
   }
   const uint32_t id = operands[index];
   if (id == 0 || id >= bound_) {
-    return Malformed(offset, absl::StrCat("result id %", id,
-                                          " is outside the header's bound ",
-                                          bound_));
+    return Malformed(offset, absl::StrCat("result id %", id, " is outside the header's bound ", bound_));
   }
   if (!defined_ids_.insert(id).second) {
     return Malformed(offset, absl::StrCat("id %", id, " is defined twice"));
@@ -342,8 +320,7 @@ absl::Status Reflector::CheckResultId(spv::Op op,
   return absl::OkStatus();
 }
 
-absl::Status Reflector::Record(spv::Op op, absl::Span<const uint32_t> operands,
-                               size_t offset) {
+absl::Status Reflector::Record(spv::Op op, absl::Span<const uint32_t> operands, size_t offset) {
   switch (op) {
     case spv::OpName: {
       ASSIGN_OR_RETURN(std::string name, ReadString(operands.subspan(1), offset));
@@ -357,8 +334,7 @@ absl::Status Reflector::Record(spv::Op op, absl::Span<const uint32_t> operands,
     }
     case spv::OpExecutionMode:
     case spv::OpExecutionModeId:
-      execution_modes_.push_back(
-          {operands[0], operands[1], operands.subspan(2), offset});
+      execution_modes_.push_back({operands[0], operands[1], operands.subspan(2), offset});
       return absl::OkStatus();
     case spv::OpDecorate:
       return RecordDecoration(operands, offset);
@@ -369,9 +345,8 @@ absl::Status Reflector::Record(spv::Op op, absl::Span<const uint32_t> operands,
       return absl::OkStatus();
     case spv::OpFunction:
       if (open_function_ != 0) {
-        return Malformed(offset, absl::StrCat("function %", operands[1],
-                                              " begins inside function %",
-                                              open_function_));
+        return Malformed(
+            offset, absl::StrCat("function %", operands[1], " begins inside function %", open_function_));
       }
       open_function_ = operands[1];
       functions_.insert(operands[1]);
@@ -391,30 +366,26 @@ absl::Status Reflector::Record(spv::Op op, absl::Span<const uint32_t> operands,
     definitions_[operands[0]] = {op, 0, operands.subspan(1)};
   } else if (IsConstant(op)) {
     definitions_[operands[1]] = {op, operands[0], operands.subspan(2)};
-    if (op == spv::OpSpecConstantTrue || op == spv::OpSpecConstantFalse ||
-        op == spv::OpSpecConstant) {
+    if (op == spv::OpSpecConstantTrue || op == spv::OpSpecConstantFalse || op == spv::OpSpecConstant) {
       spec_constant_ids_.push_back(operands[1]);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Reflector::RecordDecoration(absl::Span<const uint32_t> operands,
-                                         size_t offset) {
+absl::Status Reflector::RecordDecoration(absl::Span<const uint32_t> operands, size_t offset) {
   const uint32_t target = operands[0];
   const auto decoration = static_cast<spv::Decoration>(operands[1]);
   const absl::Span<const uint32_t> literals = operands.subspan(2);
   auto literal = [&]() -> absl::StatusOr<uint32_t> {
     if (literals.empty()) {
-      return Malformed(offset, absl::StrCat("decoration ", operands[1], " on %",
-                                            target, " has no value"));
+      return Malformed(offset, absl::StrCat("decoration ", operands[1], " on %", target, " has no value"));
     }
     return literals[0];
   };
   if (target == 0 || target >= bound_) {
-    return Malformed(offset, absl::StrCat("decoration targets %", target,
-                                          ", outside the header's bound ",
-                                          bound_));
+    return Malformed(offset,
+                     absl::StrCat("decoration targets %", target, ", outside the header's bound ", bound_));
   }
   switch (decoration) {
     case spv::DecorationSpecId: {
@@ -458,17 +429,15 @@ absl::Status Reflector::RecordDecoration(absl::Span<const uint32_t> operands,
   return absl::OkStatus();
 }
 
-absl::Status Reflector::RecordMemberDecoration(
-    absl::Span<const uint32_t> operands, size_t offset) {
+absl::Status Reflector::RecordMemberDecoration(absl::Span<const uint32_t> operands, size_t offset) {
   const uint32_t target = operands[0];
   const uint32_t member = operands[1];
   const auto decoration = static_cast<spv::Decoration>(operands[2]);
   const absl::Span<const uint32_t> literals = operands.subspan(3);
   auto literal = [&]() -> absl::StatusOr<uint32_t> {
     if (literals.empty()) {
-      return Malformed(offset,
-                       absl::StrCat("decoration ", operands[2], " on member ",
-                                    member, " of %", target, " has no value"));
+      return Malformed(offset, absl::StrCat("decoration ", operands[2], " on member ", member, " of %",
+                                            target, " has no value"));
     }
     return literals[0];
   };
@@ -506,23 +475,21 @@ absl::StatusOr<KernelReflection> Reflector::Build() {
     if (entry.model == spv::ExecutionModelGLCompute) compute.push_back(&entry);
   }
   if (compute.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module has no GLCompute entry point (it has ", entry_points_.size(),
-        " entry points of other execution models)"));
+    return absl::InvalidArgumentError(absl::StrCat("module has no GLCompute entry point (it has ",
+                                                   entry_points_.size(),
+                                                   " entry points of other execution models)"));
   }
   if (compute.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "module has ", compute.size(), " GLCompute entry points (",
         absl::StrJoin(compute, ", ",
-                      [](std::string* out, const EntryPoint* e) {
-                        absl::StrAppend(out, "'", e->name, "'");
-                      }),
+                      [](std::string* out, const EntryPoint* e) { absl::StrAppend(out, "'", e->name, "'"); }),
         "), expected exactly one"));
   }
   if (!functions_.contains(compute[0]->id)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entry point '", compute[0]->name, "' names %", compute[0]->id,
-        ", which is not a function defined in the module"));
+    return absl::InvalidArgumentError(absl::StrCat("entry point '", compute[0]->name, "' names %",
+                                                   compute[0]->id,
+                                                   ", which is not a function defined in the module"));
   }
   KernelReflection reflection;
   reflection.entry_point = compute[0]->name;
@@ -532,26 +499,22 @@ absl::StatusOr<KernelReflection> Reflector::Build() {
   return reflection;
 }
 
-absl::StatusOr<std::pair<uint32_t, std::optional<uint32_t>>>
-Reflector::SizeConstant(uint32_t id) const {
+absl::StatusOr<std::pair<uint32_t, std::optional<uint32_t>>> Reflector::SizeConstant(uint32_t id) const {
   const Definition* constant = Find(id);
   if (constant != nullptr && constant->opcode == spv::OpSpecConstantOp) {
-    return absl::UnimplementedError(absl::StrCat(
-        "workgroup size dimension ", Describe(id),
-        " is an OpSpecConstantOp expression, which reflection cannot evaluate"));
-  }
-  if (constant == nullptr || (constant->opcode != spv::OpConstant &&
-                              constant->opcode != spv::OpSpecConstant)) {
-    return absl::InvalidArgumentError(
+    return absl::UnimplementedError(
         absl::StrCat("workgroup size dimension ", Describe(id),
-                     " is not an integer constant"));
+                     " is an OpSpecConstantOp expression, which reflection cannot evaluate"));
+  }
+  if (constant == nullptr ||
+      (constant->opcode != spv::OpConstant && constant->opcode != spv::OpSpecConstant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workgroup size dimension ", Describe(id), " is not an integer constant"));
   }
   const Definition* type = FindType(constant->result_type);
-  if (type == nullptr || type->opcode != spv::OpTypeInt ||
-      type->operands[0] != 32) {
+  if (type == nullptr || type->opcode != spv::OpTypeInt || type->operands[0] != 32) {
     return absl::InvalidArgumentError(
-        absl::StrCat("workgroup size dimension ", Describe(id),
-                     " is not a 32-bit integer constant"));
+        absl::StrCat("workgroup size dimension ", Describe(id), " is not a 32-bit integer constant"));
   }
   std::optional<uint32_t> spec_id;
   if (constant->opcode == spv::OpSpecConstant) {
@@ -560,18 +523,15 @@ Reflector::SizeConstant(uint32_t id) const {
   return std::make_pair(constant->operands[0], spec_id);
 }
 
-absl::Status Reflector::ReflectLocalSize(uint32_t entry,
-                                         KernelReflection& reflection) {
+absl::Status Reflector::ReflectLocalSize(uint32_t entry, KernelReflection& reflection) {
   bool found = false;
   for (const ExecutionMode& mode : execution_modes_) {
     if (mode.entry != entry) continue;
-    if (mode.mode != spv::ExecutionModeLocalSize &&
-        mode.mode != spv::ExecutionModeLocalSizeId) {
+    if (mode.mode != spv::ExecutionModeLocalSize && mode.mode != spv::ExecutionModeLocalSizeId) {
       continue;
     }
     if (mode.operands.size() < 3) {
-      return Malformed(mode.offset,
-                       "LocalSize execution mode with fewer than 3 operands");
+      return Malformed(mode.offset, "LocalSize execution mode with fewer than 3 operands");
     }
     for (int d = 0; d < 3; ++d) {
       if (mode.mode == spv::ExecutionModeLocalSize) {
@@ -588,17 +548,14 @@ absl::Status Reflector::ReflectLocalSize(uint32_t entry,
   // The WorkgroupSize built-in, when present, overrides the execution mode.
   for (uint32_t id : workgroup_size_ids_) {
     const Definition* composite = Find(id);
-    if (composite == nullptr ||
-        (composite->opcode != spv::OpConstantComposite &&
-         composite->opcode != spv::OpSpecConstantComposite)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("BuiltIn WorkgroupSize decorates ", Describe(id),
-                       ", which is not a constant composite"));
+    if (composite == nullptr || (composite->opcode != spv::OpConstantComposite &&
+                                 composite->opcode != spv::OpSpecConstantComposite)) {
+      return absl::InvalidArgumentError(absl::StrCat("BuiltIn WorkgroupSize decorates ", Describe(id),
+                                                     ", which is not a constant composite"));
     }
     if (composite->operands.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BuiltIn WorkgroupSize ", Describe(id), " has ",
-          composite->operands.size(), " components, expected 3"));
+      return absl::InvalidArgumentError(absl::StrCat("BuiltIn WorkgroupSize ", Describe(id), " has ",
+                                                     composite->operands.size(), " components, expected 3"));
     }
     for (int d = 0; d < 3; ++d) {
       ASSIGN_OR_RETURN(auto dimension, SizeConstant(composite->operands[d]));
@@ -608,10 +565,10 @@ absl::Status Reflector::ReflectLocalSize(uint32_t entry,
     found = true;
   }
   if (!found) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entry point '", reflection.entry_point,
-        "' declares no workgroup size (no LocalSize or LocalSizeId execution "
-        "mode and no WorkgroupSize built-in)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entry point '", reflection.entry_point,
+                     "' declares no workgroup size (no LocalSize or LocalSizeId execution "
+                     "mode and no WorkgroupSize built-in)"));
   }
   return absl::OkStatus();
 }
@@ -626,66 +583,54 @@ absl::Status Reflector::ReflectSpecConstants(KernelReflection& reflection) {
     const Definition& constant = *Find(id);
     const Definition* type = FindType(constant.result_type);
     SpecConstant spec{spec_id, SpecConstantType::kBool, 0, NameOf(id)};
-    if (constant.opcode == spv::OpSpecConstantTrue ||
-        constant.opcode == spv::OpSpecConstantFalse) {
+    if (constant.opcode == spv::OpSpecConstantTrue || constant.opcode == spv::OpSpecConstantFalse) {
       if (type == nullptr || type->opcode != spv::OpTypeBool) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "boolean specialization constant ", Describe(id),
-            " does not have a bool type"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("boolean specialization constant ", Describe(id), " does not have a bool type"));
       }
       spec.type = SpecConstantType::kBool;
       spec.default_bits = constant.opcode == spv::OpSpecConstantTrue ? 1 : 0;
     } else {
-      if (type == nullptr || (type->opcode != spv::OpTypeInt &&
-                              type->opcode != spv::OpTypeFloat)) {
+      if (type == nullptr || (type->opcode != spv::OpTypeInt && type->opcode != spv::OpTypeFloat)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("specialization constant ", Describe(id),
-                         " does not have a scalar numeric type"));
+            absl::StrCat("specialization constant ", Describe(id), " does not have a scalar numeric type"));
       }
       if (type->operands[0] != 32) {
-        return absl::UnimplementedError(absl::StrCat(
-            "specialization constant ", Describe(id), " (SpecId ", spec_id,
-            ") is ", type->operands[0],
-            "-bit; only bool and 32-bit int, uint and float are supported"));
+        return absl::UnimplementedError(
+            absl::StrCat("specialization constant ", Describe(id), " (SpecId ", spec_id, ") is ",
+                         type->operands[0], "-bit; only bool and 32-bit int, uint and float are supported"));
       }
       if (type->opcode == spv::OpTypeFloat) {
         spec.type = SpecConstantType::kFloat32;
       } else {
-        spec.type = type->operands[1] != 0 ? SpecConstantType::kInt32
-                                           : SpecConstantType::kUint32;
+        spec.type = type->operands[1] != 0 ? SpecConstantType::kInt32 : SpecConstantType::kUint32;
       }
       spec.default_bits = constant.operands[0];
     }
     auto [it, inserted] = id_by_spec_id.emplace(spec_id, id);
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SpecId ", spec_id, " is given to both ", Describe(it->second),
-          " and ", Describe(id)));
+      return absl::InvalidArgumentError(absl::StrCat("SpecId ", spec_id, " is given to both ",
+                                                     Describe(it->second), " and ", Describe(id)));
     }
     reflection.spec_constants.push_back(std::move(spec));
   }
   std::sort(reflection.spec_constants.begin(), reflection.spec_constants.end(),
-            [](const SpecConstant& a, const SpecConstant& b) {
-              return a.id < b.id;
-            });
+            [](const SpecConstant& a, const SpecConstant& b) { return a.id < b.id; });
   return absl::OkStatus();
 }
 
 absl::Status Reflector::ReflectVariables(KernelReflection& reflection) {
   for (const Variable& variable : variables_) {
-    const bool is_buffer =
-        variable.storage_class == spv::StorageClassUniform ||
-        variable.storage_class == spv::StorageClassStorageBuffer;
-    const bool is_push_constant =
-        variable.storage_class == spv::StorageClassPushConstant;
+    const bool is_buffer = variable.storage_class == spv::StorageClassUniform ||
+                           variable.storage_class == spv::StorageClassStorageBuffer;
+    const bool is_push_constant = variable.storage_class == spv::StorageClassPushConstant;
     const Decorations* decorations = FindDecorations(variable.id);
     if (variable.storage_class == spv::StorageClassUniformConstant) {
       if (decorations != nullptr && decorations->binding) {
-        return absl::UnimplementedError(absl::StrCat(
-            "variable ", Describe(variable.id), " (binding ",
-            *decorations->binding,
-            ") is an image, sampler or acceleration structure; kernels may "
-            "only bind storage and uniform buffers"));
+        return absl::UnimplementedError(
+            absl::StrCat("variable ", Describe(variable.id), " (binding ", *decorations->binding,
+                         ") is an image, sampler or acceleration structure; kernels may "
+                         "only bind storage and uniform buffers"));
       }
       continue;
     }
@@ -694,21 +639,18 @@ absl::Status Reflector::ReflectVariables(KernelReflection& reflection) {
     const Definition* pointer = FindType(variable.pointer_type);
     if (pointer == nullptr || pointer->opcode != spv::OpTypePointer) {
       return absl::InvalidArgumentError(
-          absl::StrCat("variable ", Describe(variable.id),
-                       " does not have a pointer type"));
+          absl::StrCat("variable ", Describe(variable.id), " does not have a pointer type"));
     }
     const uint32_t pointee_id = pointer->operands[1];
     const Definition* pointee = FindType(pointee_id);
-    if (pointee != nullptr && (pointee->opcode == spv::OpTypeArray ||
-                               pointee->opcode == spv::OpTypeRuntimeArray)) {
+    if (pointee != nullptr &&
+        (pointee->opcode == spv::OpTypeArray || pointee->opcode == spv::OpTypeRuntimeArray)) {
       return absl::UnimplementedError(absl::StrCat(
-          "variable ", Describe(variable.id),
-          " is an array of blocks; descriptor arrays are not supported"));
+          "variable ", Describe(variable.id), " is an array of blocks; descriptor arrays are not supported"));
     }
     if (pointee == nullptr || pointee->opcode != spv::OpTypeStruct) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "variable ", Describe(variable.id), " points to ",
-          Describe(pointee_id), ", which is not a struct"));
+      return absl::InvalidArgumentError(absl::StrCat("variable ", Describe(variable.id), " points to ",
+                                                     Describe(pointee_id), ", which is not a struct"));
     }
     if (is_buffer) {
       RETURN_IF_ERROR(ReflectBuffer(variable, pointee_id, reflection.bindings));
@@ -716,11 +658,9 @@ absl::Status Reflector::ReflectVariables(KernelReflection& reflection) {
       ASSIGN_OR_RETURN(uint64_t size, StructSize(pointee_id, 0));
       if (size > UINT32_MAX) {
         return absl::InvalidArgumentError(
-            absl::StrCat("push-constant block ", Describe(pointee_id), " is ",
-                         size, " bytes"));
+            absl::StrCat("push-constant block ", Describe(pointee_id), " is ", size, " bytes"));
       }
-      reflection.push_constant_size = std::max(
-          reflection.push_constant_size, static_cast<uint32_t>(size));
+      reflection.push_constant_size = std::max(reflection.push_constant_size, static_cast<uint32_t>(size));
     }
   }
   std::sort(reflection.bindings.begin(), reflection.bindings.end(),
@@ -730,14 +670,12 @@ absl::Status Reflector::ReflectVariables(KernelReflection& reflection) {
   return absl::OkStatus();
 }
 
-absl::Status Reflector::ReflectBuffer(const Variable& variable,
-                                      uint32_t struct_id,
+absl::Status Reflector::ReflectBuffer(const Variable& variable, uint32_t struct_id,
                                       std::vector<KernelBinding>& bindings) {
   const Decorations* decorations = FindDecorations(variable.id);
   if (decorations == nullptr || !decorations->set || !decorations->binding) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "buffer variable ", Describe(variable.id),
-        " lacks a DescriptorSet or Binding decoration"));
+    return absl::InvalidArgumentError(absl::StrCat("buffer variable ", Describe(variable.id),
+                                                   " lacks a DescriptorSet or Binding decoration"));
   }
   const Decorations* block = FindDecorations(struct_id);
   KernelBinding binding;
@@ -750,9 +688,9 @@ absl::Status Reflector::ReflectBuffer(const Variable& variable,
   } else if (block != nullptr && block->block) {
     binding.kind = BindingKind::kUniformBuffer;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "uniform variable ", Describe(variable.id), " has type ",
-        Describe(struct_id), ", decorated neither Block nor BufferBlock"));
+    return absl::InvalidArgumentError(absl::StrCat("uniform variable ", Describe(variable.id), " has type ",
+                                                   Describe(struct_id),
+                                                   ", decorated neither Block nor BufferBlock"));
   }
 
   const size_t member_count = FindType(struct_id)->operands.size();
@@ -760,13 +698,11 @@ absl::Status Reflector::ReflectBuffer(const Variable& variable,
   bool all_non_readable = member_count > 0;
   for (uint32_t i = 0; i < member_count; ++i) {
     const MemberDecorations* member = FindMember(struct_id, i);
-    all_non_writable =
-        all_non_writable && member != nullptr && member->non_writable;
-    all_non_readable =
-        all_non_readable && member != nullptr && member->non_readable;
+    all_non_writable = all_non_writable && member != nullptr && member->non_writable;
+    all_non_readable = all_non_readable && member != nullptr && member->non_readable;
   }
-  binding.read_only = binding.kind == BindingKind::kUniformBuffer ||
-                      decorations->non_writable || all_non_writable;
+  binding.read_only =
+      binding.kind == BindingKind::kUniformBuffer || decorations->non_writable || all_non_writable;
   binding.write_only = decorations->non_readable || all_non_readable;
   ASSIGN_OR_RETURN(binding.min_size, StructSize(struct_id, 0));
   binding.name = NameOf(variable.id);
@@ -782,12 +718,8 @@ absl::Status Reflector::ReflectBuffer(const Variable& variable,
           "set %u binding %u is declared both as a %s ('%s') and as a %s "
           "('%s')",
           binding.set, binding.binding,
-          existing.kind == BindingKind::kStorageBuffer ? "storage buffer"
-                                                       : "uniform buffer",
-          existing.name,
-          binding.kind == BindingKind::kStorageBuffer ? "storage buffer"
-                                                      : "uniform buffer",
-          binding.name));
+          existing.kind == BindingKind::kStorageBuffer ? "storage buffer" : "uniform buffer", existing.name,
+          binding.kind == BindingKind::kStorageBuffer ? "storage buffer" : "uniform buffer", binding.name));
     }
     existing.read_only = existing.read_only && binding.read_only;
     existing.write_only = existing.write_only && binding.write_only;
@@ -801,59 +733,49 @@ absl::Status Reflector::ReflectBuffer(const Variable& variable,
 absl::StatusOr<uint64_t> Reflector::ArrayLength(uint32_t id) const {
   const Definition* constant = Find(id);
   if (constant != nullptr && constant->opcode == spv::OpSpecConstantOp) {
-    return absl::UnimplementedError(absl::StrCat(
-        "array length ", Describe(id),
-        " is an OpSpecConstantOp expression, which reflection cannot evaluate"));
+    return absl::UnimplementedError(
+        absl::StrCat("array length ", Describe(id),
+                     " is an OpSpecConstantOp expression, which reflection cannot evaluate"));
   }
-  if (constant == nullptr || (constant->opcode != spv::OpConstant &&
-                              constant->opcode != spv::OpSpecConstant)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "array length ", Describe(id), " is not an integer constant"));
+  if (constant == nullptr ||
+      (constant->opcode != spv::OpConstant && constant->opcode != spv::OpSpecConstant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("array length ", Describe(id), " is not an integer constant"));
   }
   const Definition* type = FindType(constant->result_type);
   if (type == nullptr || type->opcode != spv::OpTypeInt ||
       (type->operands[0] != 32 && type->operands[0] != 64)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "array length ", Describe(id),
-        " is not a 32- or 64-bit integer constant"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("array length ", Describe(id), " is not a 32- or 64-bit integer constant"));
   }
   const size_t value_words = type->operands[0] / 32;
   if (constant->operands.size() != value_words) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("array length ", Describe(id), " has ",
-                     constant->operands.size(), " value words, expected ",
-                     value_words));
+    return absl::InvalidArgumentError(absl::StrCat("array length ", Describe(id), " has ",
+                                                   constant->operands.size(), " value words, expected ",
+                                                   value_words));
   }
   const bool is_signed = type->operands[1] != 0;
   uint64_t value = constant->operands[0];
   if (value_words == 2) value |= uint64_t{constant->operands[1]} << 32;
-  const bool negative = is_signed && (value_words == 2
-                                          ? (value >> 63) != 0
-                                          : (value >> 31) != 0);
+  const bool negative = is_signed && (value_words == 2 ? (value >> 63) != 0 : (value >> 31) != 0);
   if (negative) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("array length ", Describe(id), " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("array length ", Describe(id), " is negative"));
   }
   return value;
 }
 
-absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id,
-                                           const MemberDecorations* member,
-                                           int depth) {
+absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id, const MemberDecorations* member, int depth) {
   if (depth > kMaxTypeDepth) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "type ", Describe(type_id), " is nested more than ", kMaxTypeDepth,
-        " levels deep"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("type ", Describe(type_id), " is nested more than ", kMaxTypeDepth, " levels deep"));
   }
   const Definition* type = FindType(type_id);
   if (type == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Describe(type_id), " is used as a type but is not one"));
+    return absl::InvalidArgumentError(absl::StrCat(Describe(type_id), " is used as a type but is not one"));
   }
   auto overflow = [&]() {
     return absl::InvalidArgumentError(
-        absl::StrCat("the size of type ", Describe(type_id),
-                     " overflows 64 bits"));
+        absl::StrCat("the size of type ", Describe(type_id), " overflows 64 bits"));
   };
   uint64_t size = 0;
   switch (type->opcode) {
@@ -861,14 +783,13 @@ absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id,
     case spv::OpTypeFloat: {
       const uint32_t width = type->operands[0];
       if (width == 0 || width % 8 != 0 || width > 64) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "type ", Describe(type_id), " has an invalid width of ", width));
+        return absl::InvalidArgumentError(
+            absl::StrCat("type ", Describe(type_id), " has an invalid width of ", width));
       }
       return width / 8;
     }
     case spv::OpTypeVector: {
-      ASSIGN_OR_RETURN(uint64_t component,
-                       SizeOf(type->operands[0], nullptr, depth + 1));
+      ASSIGN_OR_RETURN(uint64_t component, SizeOf(type->operands[0], nullptr, depth + 1));
       if (__builtin_mul_overflow(component, type->operands[1], &size)) {
         return overflow();
       }
@@ -879,28 +800,25 @@ absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id,
       if (member != nullptr && member->matrix_stride) {
         const Definition* column = FindType(type->operands[0]);
         if (column == nullptr || column->opcode != spv::OpTypeVector) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "matrix ", Describe(type_id), " has a non-vector column type"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("matrix ", Describe(type_id), " has a non-vector column type"));
         }
         const uint32_t rows = column->operands[1];
         // The stride separates columns, or rows when row-major.
-        if (__builtin_mul_overflow(uint64_t{*member->matrix_stride},
-                                   member->row_major ? rows : columns,
+        if (__builtin_mul_overflow(uint64_t{*member->matrix_stride}, member->row_major ? rows : columns,
                                    &size)) {
           return overflow();
         }
         return size;
       }
-      ASSIGN_OR_RETURN(uint64_t column,
-                       SizeOf(type->operands[0], nullptr, depth + 1));
+      ASSIGN_OR_RETURN(uint64_t column, SizeOf(type->operands[0], nullptr, depth + 1));
       if (__builtin_mul_overflow(column, columns, &size)) return overflow();
       return size;
     }
     case spv::OpTypeArray: {
       ASSIGN_OR_RETURN(uint64_t length, ArrayLength(type->operands[1]));
       uint64_t stride = 0;
-      if (const Decorations* d = FindDecorations(type_id);
-          d != nullptr && d->array_stride) {
+      if (const Decorations* d = FindDecorations(type_id); d != nullptr && d->array_stride) {
         stride = *d->array_stride;
       } else {
         ASSIGN_OR_RETURN(stride, SizeOf(type->operands[0], member, depth + 1));
@@ -918,10 +836,9 @@ absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id,
     default:
       break;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("type ", Describe(type_id), " (opcode ",
-                   static_cast<uint32_t>(type->opcode),
-                   ") has no size in a buffer or push-constant block"));
+  return absl::InvalidArgumentError(absl::StrCat("type ", Describe(type_id), " (opcode ",
+                                                 static_cast<uint32_t>(type->opcode),
+                                                 ") has no size in a buffer or push-constant block"));
 }
 
 absl::StatusOr<uint64_t> Reflector::StructSize(uint32_t id, int depth) {
@@ -930,12 +847,10 @@ absl::StatusOr<uint64_t> Reflector::StructSize(uint32_t id, int depth) {
   }
   if (depth > kMaxTypeDepth) {
     return absl::InvalidArgumentError(
-        absl::StrCat("struct ", Describe(id), " is nested more than ",
-                     kMaxTypeDepth, " levels deep"));
+        absl::StrCat("struct ", Describe(id), " is nested more than ", kMaxTypeDepth, " levels deep"));
   }
   if (!structs_in_progress_.insert(id).second) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("struct ", Describe(id), " contains itself"));
+    return absl::InvalidArgumentError(absl::StrCat("struct ", Describe(id), " contains itself"));
   }
   const Definition& type = *FindType(id);
   uint64_t size = 0;
@@ -945,8 +860,7 @@ absl::StatusOr<uint64_t> Reflector::StructSize(uint32_t id, int depth) {
     if (member == nullptr || !member->offset) {
       structs_in_progress_.erase(id);
       return absl::InvalidArgumentError(
-          absl::StrCat("member ", i, " of struct ", Describe(id),
-                       " has no Offset decoration"));
+          absl::StrCat("member ", i, " of struct ", Describe(id), " has no Offset decoration"));
     }
     uint64_t end = *member->offset;
     const Definition* member_def = FindType(member_type);
@@ -960,8 +874,8 @@ absl::StatusOr<uint64_t> Reflector::StructSize(uint32_t id, int depth) {
       }
       if (__builtin_add_overflow(end, *member_size, &end)) {
         structs_in_progress_.erase(id);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the size of struct ", Describe(id), " overflows 64 bits"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the size of struct ", Describe(id), " overflows 64 bits"));
       }
     }
     size = std::max(size, end);
@@ -978,20 +892,19 @@ absl::Status CheckSpirvHeader(absl::Span<const uint32_t> words) {
     return absl::InvalidArgumentError("empty SPIR-V module: 0 words");
   }
   if (words[0] == kSwappedSpirvMagic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SPIR-V in the wrong byte order: magic 0x%08x is 0x%08x byte-swapped; "
-        "the module was written on a machine of the other endianness",
-        words[0], kSpirvMagic));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SPIR-V in the wrong byte order: magic 0x%08x is 0x%08x byte-swapped; "
+                        "the module was written on a machine of the other endianness",
+                        words[0], kSpirvMagic));
   }
   if (words[0] != kSpirvMagic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "not SPIR-V: magic 0x%08x (expected 0x%08x)", words[0], kSpirvMagic));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("not SPIR-V: magic 0x%08x (expected 0x%08x)", words[0], kSpirvMagic));
   }
   if (words.size() < kHeaderWords) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("truncated SPIR-V: ", words.size(),
-                     words.size() == 1 ? " word is" : " words are",
-                     " shorter than the 5-word header"));
+    return absl::InvalidArgumentError(absl::StrCat("truncated SPIR-V: ", words.size(),
+                                                   words.size() == 1 ? " word is" : " words are",
+                                                   " shorter than the 5-word header"));
   }
   return absl::OkStatus();
 }
@@ -1002,9 +915,8 @@ absl::StatusOr<KernelReflection> ReflectSpirv(absl::Span<const uint32_t> words) 
   return reflector.Build();
 }
 
-std::array<uint32_t, 3> ResolveLocalSize(
-    const KernelReflection& reflection,
-    const absl::flat_hash_map<uint32_t, uint32_t>& spec_values) {
+std::array<uint32_t, 3> ResolveLocalSize(const KernelReflection& reflection,
+                                         const absl::flat_hash_map<uint32_t, uint32_t>& spec_values) {
   std::array<uint32_t, 3> size = reflection.local_size;
   for (int d = 0; d < 3; ++d) {
     if (!reflection.local_size_spec_id[d]) continue;

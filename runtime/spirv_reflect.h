@@ -109,9 +109,8 @@ absl::StatusOr<KernelReflection> ReflectSpirv(absl::Span<const uint32_t> words);
 // The workgroup size after specialization: each dimension whose
 // local_size_spec_id is in `spec_values` (SpecId -> 32-bit value) takes that
 // value, the others keep their default.
-std::array<uint32_t, 3> ResolveLocalSize(
-    const KernelReflection& reflection,
-    const absl::flat_hash_map<uint32_t, uint32_t>& spec_values);
+std::array<uint32_t, 3> ResolveLocalSize(const KernelReflection& reflection,
+                                         const absl::flat_hash_map<uint32_t, uint32_t>& spec_values);
 
 }  // namespace causeway
 

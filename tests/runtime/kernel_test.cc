@@ -1,7 +1,5 @@
 #include "runtime/kernel.h"
 
-#include <spirv-tools/libspirv.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -9,8 +7,10 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <spirv-tools/libspirv.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,12 +53,10 @@ absl::StatusOr<KernelReflection> ReflectGlsl(absl::string_view source) {
 std::vector<uint32_t> Assemble(absl::string_view text) {
   spvtools::SpirvTools tools(SPV_ENV_UNIVERSAL_1_5);
   std::string errors;
-  tools.SetMessageConsumer(
-      [&errors](spv_message_level_t, const char*, const spv_position_t& p,
-                const char* m) { absl::StrAppend(&errors, p.line, ": ", m, "\n"); });
+  tools.SetMessageConsumer([&errors](spv_message_level_t, const char*, const spv_position_t& p,
+                                     const char* m) { absl::StrAppend(&errors, p.line, ": ", m, "\n"); });
   std::vector<uint32_t> words;
-  EXPECT_TRUE(tools.Assemble(std::string(text), &words,
-                             SPV_TEXT_TO_BINARY_OPTION_PRESERVE_NUMERIC_IDS))
+  EXPECT_TRUE(tools.Assemble(std::string(text), &words, SPV_TEXT_TO_BINARY_OPTION_PRESERVE_NUMERIC_IDS))
       << errors;
   return words;
 }
@@ -76,9 +74,7 @@ uint32_t FloatBits(float f) {
 }
 
 // A 5-word header (magic, SPIR-V 1.5, generator 0, `bound`, schema 0).
-std::vector<uint32_t> Header(uint32_t bound) {
-  return {kSpirvMagic, 0x00010500, 0, bound, 0};
-}
+std::vector<uint32_t> Header(uint32_t bound) { return {kSpirvMagic, 0x00010500, 0, bound, 0}; }
 
 // Tests reflection of storage and uniform buffers: sets, bindings, access
 // qualifiers, kinds, minimum sizes, names and the (set, binding) order.
@@ -133,21 +129,18 @@ TEST(ReflectSpirvTest, PushConstantSizes) {
       {"float a[5]; uint n;", "", 24},
       {"vec2 v[3];", "", 24},
       {"mat4 m;", "", 64},
-      {"mat3 m;", "", 48},  // three vec3 columns with stride 16
+      {"mat3 m;", "", 48},                      // three vec3 columns with stride 16
       {"layout(row_major) mat2x3 m;", "", 24},  // three rows of vec2, stride 8
-      {"mat2x3 m;", "", 32},  // two vec3 columns, stride 16
-      {"float s; Inner inner; Inner arr[2];",
-       "struct Inner { vec2 xy; float z; };",
+      {"mat2x3 m;", "", 32},                    // two vec3 columns, stride 16
+      {"float s; Inner inner; Inner arr[2];", "struct Inner { vec2 xy; float z; };",
        56},  // inner @8 (12 bytes), arr @24 with stride 16
-      {"uint a; Outer o;",
-       "struct Inner { uint x; }; struct Outer { uint b; Inner i[3]; };",
+      {"uint a; Outer o;", "struct Inner { uint x; }; struct Outer { uint b; Inner i[3]; };",
        20},  // o @4: b @0, i @4 with stride 4 → 16 bytes
   };
   for (const Case& c : cases) {
     const std::string source =
         absl::StrCat("#version 450\nlayout(local_size_x = 1) in;\n", c.prelude,
-                     "\nlayout(push_constant) uniform P { ", c.block,
-                     " } p;\nvoid main() {}\n");
+                     "\nlayout(push_constant) uniform P { ", c.block, " } p;\nvoid main() {}\n");
     absl::StatusOr<KernelReflection> r = ReflectGlsl(source);
     ASSERT_TRUE(r.ok()) << c.block << ": " << r.status();
     EXPECT_EQ(r->push_constant_size, c.size) << c.block;
@@ -170,8 +163,7 @@ void main() {}
 )");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->local_size, ElementsAre(8, 4, 2));
-  EXPECT_THAT(r->local_size_spec_id,
-              ElementsAre(std::nullopt, std::nullopt, std::nullopt));
+  EXPECT_THAT(r->local_size_spec_id, ElementsAre(std::nullopt, std::nullopt, std::nullopt));
   EXPECT_THAT(ResolveLocalSize(*r, {{0, 99}}), ElementsAre(8, 4, 2));
 }
 
@@ -183,11 +175,9 @@ void main() {}
 )");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->local_size, ElementsAre(1, 2, 1));
-  EXPECT_THAT(r->local_size_spec_id, ElementsAre(Optional(3u), std::nullopt,
-                                                 Optional(5u)));
+  EXPECT_THAT(r->local_size_spec_id, ElementsAre(Optional(3u), std::nullopt, Optional(5u)));
   EXPECT_THAT(ResolveLocalSize(*r, {}), ElementsAre(1, 2, 1));
-  EXPECT_THAT(ResolveLocalSize(*r, {{3, 64}, {5, 4}, {7, 9}}),
-              ElementsAre(64, 2, 4));
+  EXPECT_THAT(ResolveLocalSize(*r, {{3, 64}, {5, 4}, {7, 9}}), ElementsAre(64, 2, 4));
   ASSERT_EQ(r->spec_constants.size(), 2u);
   EXPECT_EQ(r->spec_constants[0].id, 3u);
   EXPECT_EQ(r->spec_constants[0].type, SpecConstantType::kUint32);
@@ -218,10 +208,8 @@ OpFunctionEnd
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->entry_point, "entry");
   EXPECT_THAT(r->local_size, ElementsAre(32, 4, 1));
-  EXPECT_THAT(r->local_size_spec_id,
-              ElementsAre(Optional(7u), std::nullopt, std::nullopt));
-  EXPECT_THAT(r->spec_constants,
-              ElementsAre(SpecConstant{7, SpecConstantType::kUint32, 32, "wg_x"}));
+  EXPECT_THAT(r->local_size_spec_id, ElementsAre(Optional(7u), std::nullopt, std::nullopt));
+  EXPECT_THAT(r->spec_constants, ElementsAre(SpecConstant{7, SpecConstantType::kUint32, 32, "wg_x"}));
 }
 
 // Tests specialization constants of every supported type, with defaults and
@@ -239,12 +227,11 @@ void main() { v[0] = kFlag && !kOff ? kScale * float(kCount) : float(kMask); }
 )");
   ASSERT_TRUE(r.ok()) << r.status();
   using T = SpecConstantType;
-  EXPECT_THAT(r->spec_constants,
-              ElementsAre(SpecConstant{0, T::kBool, 1, "kFlag"},
-                          SpecConstant{1, T::kInt32, 0xFFFFFFF9u, "kCount"},
-                          SpecConstant{2, T::kBool, 0, "kOff"},
-                          SpecConstant{4, T::kFloat32, FloatBits(1.5f), "kScale"},
-                          SpecConstant{7, T::kUint32, 0xF0, "kMask"}));
+  EXPECT_THAT(r->spec_constants, ElementsAre(SpecConstant{0, T::kBool, 1, "kFlag"},
+                                             SpecConstant{1, T::kInt32, 0xFFFFFFF9u, "kCount"},
+                                             SpecConstant{2, T::kBool, 0, "kOff"},
+                                             SpecConstant{4, T::kFloat32, FloatBits(1.5f), "kScale"},
+                                             SpecConstant{7, T::kUint32, 0xF0, "kMask"}));
 }
 
 // Tests that a 64-bit specialization constant is refused as unsupported.
@@ -316,8 +303,7 @@ OpReturn
 OpFunctionEnd
 )"));
   EXPECT_EQ(two.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(two.status().message(),
-              HasSubstr("2 GLCompute entry points ('a', 'b')"));
+  EXPECT_THAT(two.status().message(), HasSubstr("2 GLCompute entry points ('a', 'b')"));
 }
 
 // Tests that type nesting deeper than the limit is refused, not recursed
@@ -387,8 +373,9 @@ TEST(ReflectSpirvTest, MalformedWordsGiveErrors) {
   };
   std::vector<uint32_t> words = Header(10);
   words.push_back(0u << 16 | 5);  // OpName with word count 0
-  expect_error(words, "malformed SPIR-V at word 5: instruction with opcode 5 "
-                      "has a word count of 0");
+  expect_error(words,
+               "malformed SPIR-V at word 5: instruction with opcode 5 "
+               "has a word count of 0");
 
   words = Header(10);
   words.push_back(10u << 16 | 5);  // OpName claiming 10 words
@@ -430,9 +417,7 @@ TEST(ReflectSpirvTest, MalformedWordsGiveErrors) {
 
 // Tests FromSpirv's and FromSpirvBytes's checks of size and magic.
 TEST(KernelTest, RejectsNonSpirv) {
-  auto from_bytes = [](absl::string_view bytes) {
-    return Kernel::FromSpirvBytes("x", bytes).status();
-  };
+  auto from_bytes = [](absl::string_view bytes) { return Kernel::FromSpirvBytes("x", bytes).status(); };
   absl::Status s = from_bytes("");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "kernel 'x': empty SPIR-V module: 0 bytes");
@@ -447,10 +432,12 @@ TEST(KernelTest, RejectsNonSpirv) {
             "kernel 'x': truncated SPIR-V: 3 bytes is not a whole number of "
             "words");
 
-  s = from_bytes(absl::string_view("\x7f" "ELF\x02\x01\x01\x00", 8));
+  s =
+      from_bytes(absl::string_view("\x7f"
+                                   "ELF\x02\x01\x01\x00",
+                                   8));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "kernel 'x': not SPIR-V: magic 0x464c457f (expected 0x07230203)");
+  EXPECT_EQ(s.message(), "kernel 'x': not SPIR-V: magic 0x464c457f (expected 0x07230203)");
 
   s = Kernel::FromSpirv("x", {kSpirvMagic, 0x00010500}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -482,8 +469,10 @@ TEST(KernelTest, RandomBytesGiveErrors) {
     if (variant == 2) {
       // Small opcodes and word counts, to reach the per-opcode handling.
       for (size_t i = 5; i < words.size(); ++i) {
-        if (rng() % 2 == 0) words[i] = (1 + rng() % 6) << 16 | rng() % 80;
-        else words[i] %= 64;
+        if (rng() % 2 == 0)
+          words[i] = (1 + rng() % 6) << 16 | rng() % 80;
+        else
+          words[i] %= 64;
       }
     }
     absl::Status from_spirv = Kernel::FromSpirv("random", words).status();
@@ -493,6 +482,71 @@ TEST(KernelTest, RandomBytesGiveErrors) {
     EXPECT_FALSE(reflected.ok());
     EXPECT_FALSE(reflected.status().message().empty());
   }
+}
+
+// Tests that randomly mutated valid modules (flipped bits, small values,
+// rewritten word counts, cuts) either reflect to bindings that are sorted and
+// unique or give an error with a message; never anything else.
+TEST(KernelTest, MutatedModulesGiveErrorsOrSaneReflections) {
+  const std::vector<uint32_t> base = MustCompile(R"(#version 450
+layout(local_size_x_id = 3, local_size_y = 2) in;
+struct Inner { vec2 xy; float z; mat3 m; };
+layout(constant_id = 1) const int kCount = -7;
+layout(constant_id = 4) const float kScale = 1.5;
+layout(set = 1, binding = 3) buffer Fixed { float values[16]; uvec2 extra; Inner items[2]; } fixed_buf;
+layout(set = 0, binding = 2) buffer Header { uint count; vec4 items[]; } header;
+layout(set = 1, binding = 0) uniform Params { vec4 scale; layout(row_major) mat4 m; } params;
+layout(push_constant) uniform P { float s; Inner inner; Inner arr[2]; } p;
+void main() {
+  header.items[gl_GlobalInvocationID.x] = vec4(header.count) * kScale * float(kCount) + params.scale + p.s;
+  fixed_buf.values[0] = float(fixed_buf.extra.x) + fixed_buf.items[1].z;
+}
+)");
+  ASSERT_GT(base.size(), 5u);
+  std::mt19937 rng(99);
+  int reflected = 0;
+  for (int iteration = 0; iteration < 5000; ++iteration) {
+    std::vector<uint32_t> words = base;
+    const int mutations = 1 + rng() % 4;
+    for (int m = 0; m < mutations && words.size() > 5; ++m) {
+      const size_t at = 5 + rng() % (words.size() - 5);
+      switch (rng() % 5) {
+        case 0:
+          words[at] ^= 1u << (rng() % 32);
+          break;
+        case 1:
+          words[at] = rng() % 64;
+          break;
+        case 2:
+          words[at] = rng();
+          break;
+        case 3:
+          words[at] = (words[at] & 0xFFFF) | (rng() % 8) << 16;
+          break;
+        case 4:
+          words.resize(at);
+          break;
+      }
+    }
+    absl::StatusOr<KernelReflection> r = ReflectSpirv(words);
+    if (r.ok()) {
+      ++reflected;
+      for (size_t i = 1; i < r->bindings.size(); ++i) {
+        EXPECT_LT(std::tie(r->bindings[i - 1].set, r->bindings[i - 1].binding),
+                  std::tie(r->bindings[i].set, r->bindings[i].binding));
+      }
+    } else {
+      EXPECT_FALSE(r.status().message().empty());
+    }
+    if (iteration % 10 == 0) {
+      absl::StatusOr<std::shared_ptr<const Kernel>> k = Kernel::FromSpirv("m", words);
+      if (!k.ok()) {
+        EXPECT_THAT(k.status().message(), HasSubstr("kernel 'm': "));
+      }
+    }
+  }
+  // Mutations inside function bodies leave the interface intact.
+  EXPECT_GT(reflected, 0);
 }
 
 // Tests that a valid module cut at every word boundary gives an error, both
@@ -578,8 +632,7 @@ void main() {
   EXPECT_EQ(words.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(words.status().message(), HasSubstr("bad.comp:4:"));
 
-  absl::StatusOr<std::shared_ptr<const Kernel>> kernel =
-      Kernel::FromGlsl("undeclared", R"(#version 450
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = Kernel::FromGlsl("undeclared", R"(#version 450
 layout(local_size_x = 1) in;
 
 void main() { y = 2; }
@@ -612,13 +665,11 @@ void main() {}
 // Tests that concurrent compilations on many threads all succeed.
 TEST(CompileGlslTest, ConcurrentCompilation) {
   constexpr int kThreads = 8;
-  std::vector<absl::StatusOr<std::shared_ptr<const Kernel>>> results(
-      kThreads, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<std::shared_ptr<const Kernel>>> results(kThreads, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([t, &results] {
-      results[t] = Kernel::FromGlsl(absl::StrCat("k", t), kScaleGlsl,
-                                    {{"UNUSED", absl::StrCat(t)}});
+      results[t] = Kernel::FromGlsl(absl::StrCat("k", t), kScaleGlsl, {{"UNUSED", absl::StrCat(t)}});
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -630,16 +681,14 @@ TEST(CompileGlslTest, ConcurrentCompilation) {
 
 // Tests that FromGlsl gives a kernel whose accessors describe it.
 TEST(KernelTest, FromGlsl) {
-  absl::StatusOr<std::shared_ptr<const Kernel>> kernel =
-      Kernel::FromGlsl("scale", kScaleGlsl);
+  absl::StatusOr<std::shared_ptr<const Kernel>> kernel = Kernel::FromGlsl("scale", kScaleGlsl);
   ASSERT_TRUE(kernel.ok()) << kernel.status();
   const Kernel& k = **kernel;
   EXPECT_EQ(k.name(), "scale");
   EXPECT_EQ(k.spirv()[0], kSpirvMagic);
   EXPECT_EQ(k.reflection().push_constant_size, 4u);
   EXPECT_THAT(k.reflection().bindings,
-              ElementsAre(KernelBinding{0, 0, BindingKind::kStorageBuffer,
-                                        false, false, 0, "data"}));
+              ElementsAre(KernelBinding{0, 0, BindingKind::kStorageBuffer, false, false, 0, "data"}));
 }
 
 // Tests that FromFile on a missing path is NotFound naming the path.

@@ -39,14 +39,6 @@ std::unique_ptr<Runtime> MakeRuntime(const RuntimeOptions& options) {
   return rt.ok() ? std::move(rt).value() : nullptr;
 }
 
-std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 }  // namespace causeway::testing
 
 int main(int argc, char** argv) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/reference.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
 
@@ -22,7 +23,7 @@ inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
   return MakeRuntime(TestOptions(accelerators));
 }
 
-std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f);
+using ::causeway::reference::RandomFloats;
 
 }  // namespace causeway::testing
 

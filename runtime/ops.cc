@@ -1,0 +1,76 @@
+#include "runtime/ops.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/status.h"
+
+namespace causeway::ops {
+namespace {
+
+constexpr uint32_t kLocal = 256;  // the 1-D kernels' default workgroup size
+// Workgroups of reduce_sum's first pass; the second pass reduces these.
+constexpr uint32_t kReduceGroups = 256;
+
+absl::Status Elementwise(const char* name, CommandList& list, std::vector<BufferArg> args, uint32_t count) {
+  if (count == 0) return absl::InvalidArgumentError(absl::StrCat(name, ": count must be > 0"));
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel(name));
+  return list.Dispatch(kernel, std::move(args), CountParams{count}, Groups1D(count, kLocal));
+}
+
+}  // namespace
+
+absl::Status FillWords(CommandList& list, const BufferArg& data, uint32_t count, uint32_t word) {
+  if (count == 0) return absl::InvalidArgumentError("fill: count must be > 0");
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("fill"));
+  return list.Dispatch(kernel, {data}, FillParams{count, word}, Groups1D(count, kLocal));
+}
+
+absl::Status CopyWords(CommandList& list, const BufferArg& src, const BufferArg& dst, uint32_t count) {
+  return Elementwise("copy", list, {src, dst}, count);
+}
+
+absl::Status Add(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count) {
+  return Elementwise("add", list, {a, b, out}, count);
+}
+
+absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count) {
+  return Elementwise("mul", list, {a, b, out}, count);
+}
+
+absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha) {
+  if (count == 0) return absl::InvalidArgumentError("scale: count must be > 0");
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("scale"));
+  return list.Dispatch(kernel, {x, y}, ScaleParams{count, alpha}, Groups1D(count, kLocal));
+}
+
+uint32_t ReduceSumScratch(uint32_t count) { return kReduceGroups; }
+
+absl::Status ReduceSum(CommandList& list, const BufferArg& x, const BufferArg& scratch, const BufferArg& out,
+                       uint32_t count) {
+  if (count == 0) return absl::InvalidArgumentError("reduce_sum: count must be > 0");
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("reduce_sum"));
+  uint32_t groups = Groups1D(count, kLocal, kReduceGroups)[0];
+  RETURN_IF_ERROR(list.Dispatch(kernel, {x, BufferArg(scratch.buffer, scratch.offset, uint64_t{groups} * 4)},
+                                CountParams{count}, {groups, 1, 1}));
+  return list.Dispatch(kernel, {BufferArg(scratch.buffer, scratch.offset, uint64_t{groups} * 4), out},
+                       CountParams{groups}, {1, 1, 1});
+}
+
+absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
+                    uint32_t n, uint32_t k, uint32_t tile) {
+  if (m == 0 || n == 0) return absl::InvalidArgumentError("matmul: M and N must be > 0");
+  if (tile == 0 || tile > 32) return absl::InvalidArgumentError(absl::StrCat("matmul: tile ", tile, " not in 1..32"));
+  for (auto [arg, need, what] : {std::tuple{&a, uint64_t{m} * k, "A"}, std::tuple{&b, uint64_t{k} * n, "B"},
+                                 std::tuple{&c, uint64_t{m} * n, "C"}}) {
+    if (arg->buffer != nullptr && arg->resolved_size() < need * 4) {
+      return absl::InvalidArgumentError(absl::StrCat("matmul ", m, "x", n, "x", k, ": ", what, " needs ", need * 4,
+                                                     " bytes, got ", arg->resolved_size()));
+    }
+  }
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("matmul"));
+  uint32_t per_group = 4 * tile;
+  std::array<uint32_t, 3> groups{(n + per_group - 1) / per_group, (m + per_group - 1) / per_group, 1};
+  return list.Dispatch(kernel, {a, b, c}, MatmulParams{m, n, k}, groups, {{0, tile}, {1, tile}});
+}
+
+}  // namespace causeway::ops

@@ -1,0 +1,37 @@
+// Recording helpers for the built-in kernels: each appends the dispatch(es)
+// of one operation to a command list, with the workgroup counts that the
+// kernel's header comment in shaders/ prescribes.
+//
+// Example:
+//   RETURN_IF_ERROR(ops::Matmul(*list, a, b, c, m, n, k));
+#ifndef CAUSEWAY_RUNTIME_OPS_H_
+#define CAUSEWAY_RUNTIME_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "runtime/command_list.h"
+
+namespace causeway::ops {
+
+// data[i] = word for i < count (32-bit words).
+absl::Status FillWords(CommandList& list, const BufferArg& data, uint32_t count, uint32_t word);
+// dst[i] = src[i] for i < count (32-bit words), by a kernel.
+absl::Status CopyWords(CommandList& list, const BufferArg& src, const BufferArg& dst, uint32_t count);
+// out = a + b, out = a * b (f32, elementwise).
+absl::Status Add(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count);
+absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count);
+// y = alpha * x.
+absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha);
+// out[0] = sum of x[0..count). `scratch` holds at least ReduceSumScratch(count) floats.
+absl::Status ReduceSum(CommandList& list, const BufferArg& x, const BufferArg& scratch, const BufferArg& out,
+                       uint32_t count);
+uint32_t ReduceSumScratch(uint32_t count);
+// C[m,n] = A[m,k] * B[k,n], row-major f32. `tile` (8, 16 or 32) sets the
+// workgroup's width and height through the kernel's specialization constants.
+absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
+                    uint32_t n, uint32_t k, uint32_t tile = 16);
+
+}  // namespace causeway::ops
+
+#endif  // CAUSEWAY_RUNTIME_OPS_H_

@@ -1,0 +1,54 @@
+// The causeway command line. Results go to stdout; errors to stderr with a
+// non-zero exit.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tools/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const Command kCommands[] = {
+    {"devices", "list the physical devices and the accelerators that would be made", causeway::cli::DevicesCommand},
+    {"demo", "run a chain of matmuls across accelerators, check it, time it", causeway::cli::DemoCommand},
+};
+
+void PrintHelp(FILE* out) {
+  std::fprintf(out, "causeway: an asynchronous dataflow runtime for accelerators on Vulkan\n\n");
+  std::fprintf(out, "usage: causeway COMMAND [flags]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "  %-10s %s\n", "help", "this text; 'causeway COMMAND --help' for a command's flags");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    PrintHelp(stderr);
+    return 2;
+  }
+  std::string name = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (name == "help" || name == "--help" || name == "-h") {
+    if (!args.empty()) {
+      for (const auto& c : kCommands) {
+        if (args[0] == c.name) return c.run({"--help"});
+      }
+    }
+    PrintHelp(stdout);
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (name == c.name) return c.run(args);
+  }
+  std::fprintf(stderr, "causeway: unknown command '%s'\n\n", name.c_str());
+  PrintHelp(stderr);
+  return 2;
+}

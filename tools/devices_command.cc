@@ -1,0 +1,94 @@
+// causeway devices: what Vulkan offers and what Causeway would make of it.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/memory.h"
+#include "runtime/runtime.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace causeway::cli {
+namespace {
+
+std::string QueueFlags(VkQueueFlags f) {
+  std::vector<std::string> parts;
+  if (f & VK_QUEUE_GRAPHICS_BIT) parts.push_back("graphics");
+  if (f & VK_QUEUE_COMPUTE_BIT) parts.push_back("compute");
+  if (f & VK_QUEUE_TRANSFER_BIT) parts.push_back("transfer");
+  return absl::StrJoin(parts, "+");
+}
+
+std::string Version(uint32_t v) {
+  return absl::StrCat(VK_API_VERSION_MAJOR(v), ".", VK_API_VERSION_MINOR(v), ".", VK_API_VERSION_PATCH(v));
+}
+
+}  // namespace
+
+int DevicesCommand(const std::vector<std::string>& args) {
+  Flags flags(RuntimeFlagSpecs());
+  if (absl::Status s = flags.Parse(args); !s.ok()) {
+    std::fprintf(stderr, "causeway devices: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (flags.Bool("help")) {
+    std::printf("usage: causeway devices [flags]\n\n%s", flags.Help().c_str());
+    return 0;
+  }
+  auto options = RuntimeOptionsFromFlags(flags);
+  if (!options.ok()) {
+    std::fprintf(stderr, "causeway devices: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  InstanceOptions io;
+  io.validation = options->validation;
+  auto instance = Instance::Create(io);
+  if (!instance.ok()) {
+    std::fprintf(stderr, "causeway devices: %s\n", std::string(instance.status().message()).c_str());
+    return 1;
+  }
+  std::printf("physical devices:\n");
+  for (const auto& d : (*instance)->physical_devices()) {
+    const auto& l = d.limits;
+    std::printf("  [%u] %s\n", d.index, d.name.c_str());
+    std::printf("      type %s, vendor 0x%04x, device 0x%04x, Vulkan %s\n", DeviceTypeName(d.type), d.vendor_id,
+                d.device_id, Version(d.api_version).c_str());
+    std::printf("      uuid %s\n", d.UuidString().c_str());
+    std::printf("      driver %s (%s)\n", d.driver_name.c_str(), d.driver_info.c_str());
+    for (const auto& q : d.queue_families) {
+      std::printf("      queue family %u: %u x %s, timestamp bits %u\n", q.index, q.queue_count,
+                  QueueFlags(q.flags).c_str(), q.timestamp_valid_bits);
+    }
+    for (size_t h = 0; h < d.heaps.size(); ++h) {
+      std::printf("      heap %zu: %s%s\n", h, FormatBytes(d.heaps[h].size).c_str(),
+                  d.heaps[h].device_local ? " device-local" : "");
+    }
+    std::printf("      limits: storage binding %s, push constants %u B, shared memory %s, workgroup %u "
+                "invocations (%u,%u,%u), groups (%u,%u,%u), subgroup %u, timestamp period %g ns\n",
+                FormatBytes(l.maxStorageBufferRange).c_str(), l.maxPushConstantsSize,
+                FormatBytes(l.maxComputeSharedMemorySize).c_str(), l.maxComputeWorkGroupInvocations,
+                l.maxComputeWorkGroupSize[0], l.maxComputeWorkGroupSize[1], l.maxComputeWorkGroupSize[2],
+                l.maxComputeWorkGroupCount[0], l.maxComputeWorkGroupCount[1], l.maxComputeWorkGroupCount[2],
+                d.subgroup_size, l.timestampPeriod);
+    std::printf("      features: timeline %s, push descriptors %s, external memory fd %s, calibrated "
+                "timestamps %s, f16 %s, 16-bit storage %s\n",
+                d.timeline_semaphore ? "yes" : "no", d.push_descriptor ? "yes" : "no",
+                d.external_memory_fd ? "yes" : "no", d.calibrated_timestamps ? "yes" : "no",
+                d.shader_float16 ? "yes" : "no", d.storage_buffer_16bit ? "yes" : "no");
+  }
+  auto plan = Runtime::Plan(**instance, *options);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "causeway devices: %s\n", std::string(plan.status().message()).c_str());
+    return 1;
+  }
+  std::printf("\naccelerators that would be made: %d on [%u] %s\n", plan->accelerators, plan->device->index,
+              plan->device->name.c_str());
+  std::printf("  layout: %s\n", plan->shared_device ? "queues of one VkDevice" : "one VkDevice per accelerator");
+  std::printf("  memory budget: %s each\n", FormatBytes(plan->memory_budget).c_str());
+  std::printf("  ring: %u in-flight submissions each\n", plan->ring_capacity);
+  std::printf("  copies between accelerators: %s\n", CopyPathName(plan->copy_path));
+  return 0;
+}
+
+}  // namespace causeway::cli

@@ -1,0 +1,128 @@
+#include "tools/flags.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/memory.h"
+#include "runtime/status.h"
+
+namespace causeway::cli {
+
+Flags::Flags(std::vector<FlagSpec> specs) : specs_(std::move(specs)) {
+  specs_.push_back({"help", "show this help", "", true});
+}
+
+const FlagSpec* Flags::Find(const std::string& name) const {
+  for (const auto& s : specs_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+absl::Status Flags::Parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h") {
+      values_["help"] = "true";
+      continue;
+    }
+    if (!absl::StartsWith(a, "--")) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string body = a.substr(2);
+    std::string name = body, value;
+    bool has_value = false;
+    if (size_t eq = body.find('='); eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+    const FlagSpec* spec = Find(name);
+    if (spec == nullptr && absl::StartsWith(name, "no-")) {
+      const FlagSpec* neg = Find(name.substr(3));
+      if (neg != nullptr && neg->boolean && !has_value) {
+        values_[neg->name] = "false";
+        continue;
+      }
+    }
+    if (spec == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    if (spec->boolean) {
+      if (has_value && value != "true" && value != "false" && value != "1" && value != "0") {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes true or false, got '", value, "'"));
+      }
+      values_[name] = has_value ? (value == "1" || value == "true" ? "true" : "false") : "true";
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      value = args[++i];
+    }
+    values_[name] = value;
+  }
+  return absl::OkStatus();
+}
+
+bool Flags::Has(const std::string& name) const { return values_.count(name) > 0; }
+
+std::string Flags::Get(const std::string& name) const {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  const FlagSpec* s = Find(name);
+  return s == nullptr ? "" : s->default_value;
+}
+
+bool Flags::Bool(const std::string& name) const { return Get(name) == "true"; }
+
+absl::StatusOr<int64_t> Flags::Int(const std::string& name) const {
+  int64_t v;
+  std::string s = Get(name);
+  if (!absl::SimpleAtoi(s, &v)) return absl::InvalidArgumentError(absl::StrCat("--", name, " wants a number, got '", s, "'"));
+  return v;
+}
+
+std::string Flags::Help() const {
+  std::string out = "flags:\n";
+  for (const auto& s : specs_) {
+    std::string lhs = s.boolean ? absl::StrCat("--", s.name) : absl::StrCat("--", s.name, "=VALUE");
+    absl::StrAppendFormat(&out, "  %-26s %s%s\n", lhs, s.help,
+                          s.default_value.empty() ? "" : absl::StrCat(" (default ", s.default_value, ")"));
+  }
+  return out;
+}
+
+std::vector<FlagSpec> RuntimeFlagSpecs() {
+  return {
+      {"accelerators", "how many accelerators (env CAUSEWAY_ACCELERATORS)", ""},
+      {"device", "auto, gpu, discrete, integrated, cpu, an index or a UUID (env CAUSEWAY_DEVICE)", ""},
+      {"memory-budget", "device memory per accelerator, e.g. 512MiB (env CAUSEWAY_MEMORY_BUDGET)", ""},
+      {"ring-slots", "in-flight submissions per accelerator (env CAUSEWAY_RING_SLOTS)", ""},
+      {"sharing", "auto, queues (one VkDevice) or devices (one VkDevice each)", "auto"},
+      {"validation", "turn on the Vulkan validation layer (env CAUSEWAY_VALIDATION)", "", true},
+      {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true", true},
+  };
+}
+
+absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
+  RuntimeOptions o;
+  if (!flags.Get("accelerators").empty()) {
+    ASSIGN_OR_RETURN(int64_t n, flags.Int("accelerators"));
+    if (n < 1 || n > 256) return absl::InvalidArgumentError(absl::StrCat("--accelerators must be 1..256, got ", n));
+    o.accelerators = static_cast<int>(n);
+  }
+  o.device = flags.Get("device");
+  if (!flags.Get("memory-budget").empty()) {
+    ASSIGN_OR_RETURN(o.memory_budget, ParseByteSize(flags.Get("memory-budget")));
+  }
+  if (!flags.Get("ring-slots").empty()) {
+    ASSIGN_OR_RETURN(int64_t n, flags.Int("ring-slots"));
+    if (n < 1 || n > 1 << 20) return absl::InvalidArgumentError("--ring-slots must be 1..1048576");
+    o.ring_capacity = static_cast<uint32_t>(n);
+  }
+  o.sharing = flags.Get("sharing");
+  o.validation = flags.Bool("validation");
+  o.use_external_memory = flags.Bool("external-memory");
+  return o;
+}
+
+}  // namespace causeway::cli

@@ -1,0 +1,48 @@
+// A small flag parser for the causeway subcommands: --name=value, --name value,
+// --flag / --no-flag. Unknown flags are errors.
+#ifndef CAUSEWAY_TOOLS_FLAGS_H_
+#define CAUSEWAY_TOOLS_FLAGS_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/runtime.h"
+
+namespace causeway::cli {
+
+struct FlagSpec {
+  std::string name;
+  std::string help;
+  std::string default_value;  // "" = unset
+  bool boolean = false;
+};
+
+class Flags {
+ public:
+  explicit Flags(std::vector<FlagSpec> specs);
+  // Parses args (without the program and command names); positional
+  // arguments are kept in order.
+  absl::Status Parse(const std::vector<std::string>& args);
+  std::string Get(const std::string& name) const;
+  bool Bool(const std::string& name) const;
+  absl::StatusOr<int64_t> Int(const std::string& name) const;
+  bool Has(const std::string& name) const;  // given on the command line
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string Help() const;
+
+ private:
+  const FlagSpec* Find(const std::string& name) const;
+  std::vector<FlagSpec> specs_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// The flags every command that makes accelerators takes.
+std::vector<FlagSpec> RuntimeFlagSpecs();
+absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags);
+
+}  // namespace causeway::cli
+
+#endif  // CAUSEWAY_TOOLS_FLAGS_H_
