@@ -61,6 +61,9 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   VkSemaphoreCreateInfo sem{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sem.pNext = &type;
   VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->timeline_));
+  self->gate_ = std::make_shared<HostGate>();
+  self->gate_->device = device;
+  VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->gate_->semaphore));
 
   PoolOptions pool;
   pool.kind = MemoryKind::kDevice;
@@ -81,12 +84,17 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
 
 Accelerator::~Accelerator() {
   (void)Flush(absl::Now() + absl::Seconds(30));
+  ReleaseWaits();
   {
     absl::MutexLock lock(&ring_mu_);
     shutdown_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
   vkQueueWaitIdle(queue_);
+  {
+    absl::MutexLock lock(&ring_mu_);
+    lost_lists_.clear();
+  }
   // Fail whatever is left (only after a lost device or a stuck wait).
   Retire(true);
   {
@@ -101,6 +109,7 @@ Accelerator::~Accelerator() {
     absl::MutexLock lock(&relay_mu_);
     for (auto& [src, relay] : relays_) vkDestroySemaphore(device_->handle(), relay.semaphore, nullptr);
   }
+  gate_.reset();
   // Imports and pools go before the semaphore; peers' caches drop our blocks
   // through the listeners registered by the Runtime.
   imports_.reset();
@@ -169,14 +178,20 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   // Inputs that already failed fail this submission without running it.
   for (const Future<>& w : waits) {
     if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
+    // A submission that failed is known before its slot retires; look first,
+    // then at the future (which resolves when the slot retires).
+    if (auto* owner = static_cast<const Accelerator*>(w.timeline_owner()); owner != nullptr) {
+      absl::Status known = owner->KnownStatus(w.timeline_value());
+      if (!known.ok()) {
+        return Future<>::Ready(
+            absl::Status(known.code(), absl::StrCat("an input of this submission failed: ", known.message())));
+      }
+    }
     if (w.IsReady()) {
       absl::Status s = w.AwaitStatus();
       if (!s.ok()) {
         return Future<>::Ready(absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message())));
       }
-    } else if (w.timeline_owner() == nullptr) {
-      return Future<>::Ready(absl::UnimplementedError(
-          "Submit can wait only on device futures or resolved host futures; await the host future first"));
     }
   }
 
@@ -213,7 +228,18 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   absl::Status status;
   for (const Future<>& w : waits) {
     auto* owner = static_cast<Accelerator*>(const_cast<void*>(w.timeline_owner()));
-    if (owner == nullptr || owner == this) continue;  // ready host future / same queue: in order
+    if (owner == nullptr) {
+      if (w.IsReady()) continue;
+      auto gate = AddHostGate(w);
+      if (!gate.ok()) {
+        status = gate.status();
+        break;
+      }
+      wait_sems.push_back(gate_->semaphore);
+      wait_values.push_back(*gate);
+      continue;
+    }
+    if (owner == this) continue;  // same queue: in order
     if (owner->device_ == device_) {
       wait_sems.push_back(owner->timeline_);
       wait_values.push_back(w.timeline_value());
@@ -290,6 +316,44 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   slot->submitted = true;
   submitted_through_ = value;
   return future;
+}
+
+absl::StatusOr<uint64_t> Accelerator::AddHostGate(const Future<>& host_future) {
+  uint64_t value;
+  {
+    absl::MutexLock lock(&gate_->mu);
+    value = ++gate_->next;
+  }
+  host_future.OnReady([gate = gate_, value](const absl::Status&) { gate->Resolve(value); });
+  return value;
+}
+
+void Accelerator::HostGate::Resolve(uint64_t value) {
+  absl::MutexLock lock(&mu);
+  resolved.push_back(value);
+  std::push_heap(resolved.begin(), resolved.end(), std::greater<>());
+  uint64_t raise = signalled;
+  while (!resolved.empty() && resolved.front() == raise + 1) {
+    std::pop_heap(resolved.begin(), resolved.end(), std::greater<>());
+    resolved.pop_back();
+    ++raise;
+  }
+  if (raise == signalled) return;
+  signalled = raise;
+  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+  info.semaphore = semaphore;
+  info.value = raise;
+  vkSignalSemaphore(device->handle(), &info);
+}
+
+Accelerator::HostGate::~HostGate() {
+  if (semaphore != VK_NULL_HANDLE) vkDestroySemaphore(device->handle(), semaphore, nullptr);
+}
+
+absl::Status Accelerator::KnownStatus(uint64_t value) const {
+  absl::MutexLock lock(&ring_mu_);
+  if (value <= retired_value_ || value > next_value_) return absl::OkStatus();
+  return slots_[value % capacity_].status;
 }
 
 bool Accelerator::AddRelayTarget(uint64_t value, Accelerator* target) {
@@ -442,10 +506,39 @@ void Accelerator::FailDevice(absl::Status status) {
     s = health_;
   }
   for (Slot& slot : failed) {
+    // The device may still hold these recordings (a fault injected on a live
+    // device); keep them until it is idle at destruction.
+    if (slot.list != nullptr) {
+      absl::MutexLock lock(&ring_mu_);
+      lost_lists_.push_back(std::move(slot.list));
+    }
     slot.promise.Set(s);
     // Wake dependants on other devices; they see this failure when they retire.
     for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
   }
+}
+
+void Accelerator::ReleaseWaits() {
+  // Whatever still waits on the host (an unresolved host future, a peer that
+  // is gone) is let through, so the queue drains and nothing hangs. Values
+  // signalled later are ignored (they are lower).
+  constexpr uint64_t kReleased = uint64_t{1} << 62;
+  auto release = [this](VkSemaphore sem) {
+    uint64_t current = 0;
+    vkGetSemaphoreCounterValue(device_->handle(), sem, &current);
+    if (current >= kReleased) return;
+    VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+    info.semaphore = sem;
+    info.value = kReleased;
+    vkSignalSemaphore(device_->handle(), &info);
+  };
+  if (gate_ != nullptr) {
+    absl::MutexLock lock(&gate_->mu);
+    release(gate_->semaphore);
+    gate_->signalled = kReleased;
+  }
+  absl::MutexLock lock(&relay_mu_);
+  for (auto& [source, relay] : relays_) release(relay.semaphore);
 }
 
 absl::Status Accelerator::Flush(absl::Time deadline) {

@@ -114,7 +114,11 @@ class Accelerator {
   absl::StatusOr<std::shared_ptr<CommandList>> CreateCommandList(std::string label = "");
   // Submits `list` (of this accelerator) to run after `waits`. Never waits for
   // the device; blocks only while the ring is full. A failed input fails the
-  // returned future rather than running on bad data.
+  // returned future (an input known to have failed when this is called keeps
+  // the work from running at all; otherwise its outputs are undefined and
+  // the future carries the input's error). `waits` may be device
+  // futures of any accelerator or host futures (a promise resolved by any
+  // thread: the queue holds at that point until it resolves).
   Future<> Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits = {});
   // Copies src (on any accelerator) into dst (on this one) by the best path
   // there is (see PathFrom), after `waits`.
@@ -144,6 +148,24 @@ class Accelerator {
     std::vector<Accelerator*> relay_targets;
     std::vector<std::function<void()>> on_done;  // host steps, run at success
   };
+  // Waits on host futures: gate values are handed out in submission order and
+  // the gate semaphore is raised to the highest value below which every host
+  // future has resolved (the queue runs in order, so a later gate value never
+  // needs to pass before an earlier one). Shared with the futures' callbacks,
+  // which may run after the accelerator is gone.
+  struct HostGate {
+    std::shared_ptr<Device> device;
+    absl::Mutex mu;
+    VkSemaphore semaphore = VK_NULL_HANDLE;
+    uint64_t next ABSL_GUARDED_BY(mu) = 0;       // last gate value handed out
+    uint64_t signalled ABSL_GUARDED_BY(mu) = 0;  // the semaphore's value
+    std::vector<uint64_t> resolved ABSL_GUARDED_BY(mu);  // resolved values above `signalled` (a min-heap)
+    void Resolve(uint64_t value);
+    ~HostGate();
+  };
+  // A gate value that is reached once `host_future` resolves.
+  absl::StatusOr<uint64_t> AddHostGate(const Future<>& host_future);
+
   // A host-signalled semaphore on this device that mirrors a peer's timeline.
   struct Relay {
     VkSemaphore semaphore = VK_NULL_HANDLE;
@@ -163,6 +185,10 @@ class Accelerator {
   void WaitAndRetire(uint64_t value, absl::Time deadline, bool block_on_retire);
   void Retire(bool blocking) ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
   void FailDevice(absl::Status status);
+  // The error of an in-flight submission known before it retires (it never
+  // reached the queue); OK otherwise.
+  absl::Status KnownStatus(uint64_t value) const ABSL_LOCKS_EXCLUDED(ring_mu_);
+  void ReleaseWaits();
   Future<> SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
                           std::vector<std::function<void()>> on_done);
   Future<> HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits);
@@ -189,9 +215,12 @@ class Accelerator {
   uint64_t submitted_through_ ABSL_GUARDED_BY(ring_mu_) = 0;
   absl::Status health_ ABSL_GUARDED_BY(ring_mu_);
   bool shutdown_ ABSL_GUARDED_BY(ring_mu_) = false;
+  std::vector<std::shared_ptr<CommandList>> lost_lists_ ABSL_GUARDED_BY(ring_mu_);
 
   absl::Mutex relay_mu_;
   absl::flat_hash_map<const Accelerator*, Relay> relays_ ABSL_GUARDED_BY(relay_mu_);
+
+  std::shared_ptr<HostGate> gate_;  // made at creation
 
   std::thread completion_thread_;
 };
