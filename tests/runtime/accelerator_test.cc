@@ -77,6 +77,9 @@ TEST(AcceleratorTest, ReplayedListResolvesInOrder) {
   ASSERT_OK(acc->DownloadSync(c, out.data(), n * 4));
   for (float v : out) ASSERT_EQ(v, 50.0f);
   absl::MutexLock lock(&mu);
+  // Callbacks may still be running on the retiring thread after Await.
+  auto all_called = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return order.size() == 50; };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_called), absl::Seconds(10)));
   std::vector<int> expected(50);
   std::iota(expected.begin(), expected.end(), 0);
   EXPECT_EQ(order, expected);

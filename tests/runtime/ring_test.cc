@@ -102,6 +102,10 @@ TEST(RingTest, FuturesResolveInSubmissionOrder) {
   std::vector<int> expected(100);
   std::iota(expected.begin(), expected.end(), 0);
   absl::MutexLock lock(&mu);
+  // Await returns once a future is resolved; its callbacks may still be
+  // running on the retiring thread.
+  auto all_called = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return order.size() == 100; };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_called), absl::Seconds(10)));
   EXPECT_EQ(order, expected);
   EXPECT_EQ(acc->retired_value(), acc->submitted_value());
 }
