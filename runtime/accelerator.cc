@@ -96,12 +96,12 @@ Accelerator::~Accelerator() {
     lost_lists_.clear();
   }
   // Fail whatever is left (only after a lost device or a stuck wait).
-  Retire(true);
+  Retire();
   {
     absl::MutexLock lock(&ring_mu_);
     for (uint64_t v = retired_value_ + 1; v <= next_value_; ++v) {
       Slot& s = slots_[v % capacity_];
-      s.promise.Set(absl::CancelledError(absl::StrCat(name(), " was destroyed with work in flight")));
+      if (s.promise) s.promise->Set(absl::CancelledError(absl::StrCat(name(), " was destroyed with work in flight")));
       s = Slot();
     }
   }
@@ -180,7 +180,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
     // A submission that failed is known before its slot retires; look first,
     // then at the future (which resolves when the slot retires).
-    if (auto* owner = static_cast<const Accelerator*>(w.timeline_owner()); owner != nullptr) {
+    if (auto* owner = dynamic_cast<const Accelerator*>(w.timeline_driver()); owner != nullptr) {
       absl::Status known = owner->KnownStatus(w.timeline_value());
       if (!known.ok()) {
         return Future<>::Ready(
@@ -198,28 +198,31 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   absl::MutexLock submit_lock(&submit_mu_);
   uint64_t value;
   Slot* slot;
-  {
-    absl::MutexLock lock(&ring_mu_);
-    if (!health_.ok()) return Future<>::Ready(health_);
-    // Backpressure: wait for the oldest slot to retire when the ring is full.
-    auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
-      return next_value_ - retired_value_ < capacity_ || !health_.ok();
-    };
-    ring_mu_.Await(absl::Condition(&has_room));
-    if (!health_.ok()) return Future<>::Ready(health_);
-    value = ++next_value_;
-    // Nobody else touches this slot until it is marked submitted, except
-    // AddRelayTarget, which takes ring_mu_.
-    slot = &slots_[value % capacity_];
-    *slot = Slot();
-    slot->value = value;
-    slot->list = list;
-    slot->on_done = std::move(on_done);
-    slot->inputs.assign(waits.begin(), waits.end());
+  while (true) {
+    uint64_t oldest;
+    {
+      absl::MutexLock lock(&ring_mu_);
+      if (!health_.ok()) return Future<>::Ready(health_);
+      if (next_value_ - retired_value_ < capacity_) {
+        value = ++next_value_;
+        // Nobody else touches this slot until it is marked submitted, except
+        // AddRelayTarget, which takes ring_mu_.
+        slot = &slots_[value % capacity_];
+        *slot = Slot();
+        slot->value = value;
+        slot->list = list;
+        slot->on_done = std::move(on_done);
+        slot->inputs.assign(waits.begin(), waits.end());
+        break;
+      }
+      oldest = retired_value_ + 1;
+    }
+    // Backpressure: the ring is full; retire the oldest slot on this thread.
+    HostSpan wait_span("ring-full");
+    WaitAndRetire(oldest, absl::InfiniteFuture());
   }
   Promise<> promise;
-  promise.SetTimelinePoint(this, value);
-  promise.SetWaitHook([this, value](absl::Time deadline) { WaitAndRetire(value, deadline, false); });
+  promise.SetTimeline(this, value);
   Future<> future = promise.future();
 
   // Waits: semaphores this submission must see signalled first.
@@ -227,7 +230,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   absl::InlinedVector<uint64_t, 4> wait_values;
   absl::Status status;
   for (const Future<>& w : waits) {
-    auto* owner = static_cast<Accelerator*>(const_cast<void*>(w.timeline_owner()));
+    auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
     if (owner == nullptr) {
       if (w.IsReady()) continue;
       auto gate = AddHostGate(w);
@@ -284,7 +287,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     } else {
       result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
     }
-    status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
+    if (result != VK_SUCCESS) status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
     if (!status.ok()) list->ReleaseRecording(*recording);
   }
   if (!status.ok()) {
@@ -302,7 +305,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     absl::MutexLock lock(&ring_mu_);
     slot->status = status;
     slot->recording = nullptr;
-    slot->promise = std::move(promise);
+    slot->promise.emplace(std::move(promise));
     slot->submitted = true;
     submitted_through_ = value;
     if (r2 != VK_SUCCESS) {
@@ -312,7 +315,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   }
   absl::MutexLock lock(&ring_mu_);
   slot->recording = *recording;
-  slot->promise = std::move(promise);
+  slot->promise.emplace(std::move(promise));
   slot->submitted = true;
   submitted_through_ = value;
   return future;
@@ -363,6 +366,7 @@ bool Accelerator::AddRelayTarget(uint64_t value, Accelerator* target) {
   if (std::find(s.relay_targets.begin(), s.relay_targets.end(), target) == s.relay_targets.end()) {
     s.relay_targets.push_back(target);
   }
+  wanted_.insert(value);  // the completion thread signals the relay when it is done
   return true;
 }
 
@@ -397,23 +401,30 @@ void Accelerator::SignalRelay(const Accelerator* source, uint64_t value) {
   vkSignalSemaphore(device_->handle(), &info);
 }
 
+void Accelerator::WaitFor(uint64_t value, absl::Time deadline) { WaitAndRetire(value, deadline); }
+
+void Accelerator::WantCompletion(uint64_t value) {
+  absl::MutexLock lock(&ring_mu_);
+  if (value > retired_value_) wanted_.insert(value);
+}
+
 void Accelerator::CompletionLoop() {
   while (true) {
     uint64_t target;
     {
       absl::MutexLock lock(&ring_mu_);
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
-        return shutdown_ || submitted_through_ > retired_value_;
+        return shutdown_ || (!wanted_.empty() && health_.ok());
       };
       ring_mu_.Await(absl::Condition(&work));
-      if (submitted_through_ <= retired_value_) return;  // shut down, nothing in flight
-      target = retired_value_ + 1;
+      if (shutdown_) return;
+      target = *wanted_.begin();
     }
-    WaitAndRetire(target, absl::Now() + absl::Nanoseconds(kCompletionPollNs), true);
+    WaitAndRetire(target, absl::Now() + absl::Nanoseconds(kCompletionPollNs));
   }
 }
 
-void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline, bool block_on_retire) {
+void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline) {
   {
     absl::MutexLock lock(&ring_mu_);
     if (value <= retired_value_ || !health_.ok()) return;
@@ -425,18 +436,16 @@ void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline, bool block_
   VkResult r = faults_.lose_device.exchange(false) ? VK_ERROR_DEVICE_LOST
                                                    : vkWaitSemaphores(device_->handle(), &wait, NsUntil(deadline));
   if (r == VK_SUCCESS) {
-    Retire(block_on_retire);
+    Retire();
   } else if (r != VK_TIMEOUT) {
     FailDevice(VkStatus(r, absl::StrCat("waiting on ", name())));
   }
 }
 
-void Accelerator::Retire(bool blocking) {
-  if (blocking) {
-    retire_mu_.Lock();
-  } else if (!retire_mu_.TryLock()) {
-    return;  // another thread is retiring; the caller's future resolves there
-  }
+void Accelerator::Retire() {
+  // Callbacks run under this lock, in order; they must not block on this
+  // accelerator (see Future::OnReady).
+  retire_mu_.Lock();
   uint64_t reached = 0;
   vkGetSemaphoreCounterValue(device_->handle(), timeline_, &reached);
   while (true) {
@@ -481,8 +490,9 @@ void Accelerator::Retire(bool blocking) {
       slot.relay_targets = std::move(s.relay_targets);
       s = Slot();
       retired_value_ = slot.value;  // frees the slot for the next submitter
+      wanted_.erase(wanted_.begin(), wanted_.upper_bound(retired_value_));
     }
-    slot.promise.Set(status);
+    slot.promise->Set(status);
     for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
   }
   retire_mu_.Unlock();
@@ -499,6 +509,7 @@ void Accelerator::FailDevice(absl::Status status) {
       slots_[v % capacity_] = Slot();
     }
     retired_value_ = submitted_through_;
+    wanted_.clear();
   }
   absl::Status s;
   {
@@ -512,7 +523,7 @@ void Accelerator::FailDevice(absl::Status status) {
       absl::MutexLock lock(&ring_mu_);
       lost_lists_.push_back(std::move(slot.list));
     }
-    slot.promise.Set(s);
+    if (slot.promise) slot.promise->Set(s);
     // Wake dependants on other devices; they see this failure when they retire.
     for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
   }
@@ -548,7 +559,7 @@ absl::Status Accelerator::Flush(absl::Time deadline) {
     last = next_value_;
     if (last <= retired_value_) return health_;
   }
-  WaitAndRetire(last, deadline, true);
+  WaitAndRetire(last, deadline);
   absl::MutexLock lock(&ring_mu_);
   auto done = [this, last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) { return retired_value_ >= last; };
   if (!ring_mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {

@@ -4,11 +4,17 @@
 // Ring-buffer futures: every submission takes a slot keyed by the next value of
 // the accelerator's timeline semaphore and signals that value when it ends. The
 // ring has a fixed number of slots; a full ring blocks the submitter until the
-// oldest slot retires (backpressure). Slots retire in order, on the
-// accelerator's completion thread or on a thread blocked in Await on one of
-// them; retiring reads device timestamps, runs host steps (downloads), fails
-// the slot if one of its inputs failed, wakes dependent accelerators on other
-// VkDevices (the host relay), recycles the recording and resolves the future.
+// oldest slot retires (backpressure). Slots retire in order; retiring reads
+// device timestamps, runs host steps (downloads), fails the slot if one of its
+// inputs failed, wakes dependent accelerators on other VkDevices (the host
+// relay), recycles the recording and resolves the future.
+//
+// Who retires: whoever needs the result, on its own thread, so that no thread
+// hand-off sits on the critical path. A thread in Await waits on the timeline
+// semaphore itself and retires; a submitter facing a full ring does the same
+// for the oldest slot. The completion thread waits on the device only for
+// slots that must resolve without being awaited: those with an OnReady
+// callback or a dependant on another VkDevice.
 //
 // Dependencies: Submit takes futures of earlier submissions. On the same queue
 // nothing is needed (the queue is in order and every list begins with a
@@ -28,11 +34,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -70,7 +78,7 @@ struct FaultInjection {
   std::atomic<bool> lose_device{false};
 };
 
-class Accelerator {
+class Accelerator final : public TimelineDriver {
  public:
   static absl::StatusOr<std::unique_ptr<Accelerator>> Create(int index, std::shared_ptr<Device> device,
                                                              uint32_t queue_index,
@@ -136,13 +144,17 @@ class Accelerator {
   absl::Status health() const;
   FaultInjection& faults() { return faults_; }
 
+  // TimelineDriver (for the futures of this accelerator's submissions).
+  void WaitFor(uint64_t value, absl::Time deadline) override;
+  void WantCompletion(uint64_t value) override;
+
  private:
   struct Slot {
     uint64_t value = 0;
     bool submitted = false;
     std::shared_ptr<CommandList> list;
     CommandList::Recording* recording = nullptr;
-    Promise<> promise;
+    std::optional<Promise<>> promise;  // set once submitted; empty slots allocate nothing
     absl::Status status;              // an error known before retirement
     std::vector<Future<>> inputs;     // checked for failure at retirement
     std::vector<Accelerator*> relay_targets;
@@ -182,8 +194,9 @@ class Accelerator {
   void SignalRelay(const Accelerator* source, uint64_t value);
   void CompletionLoop();
   // Waits for `value` on the timeline until `deadline`, then retires what is done.
-  void WaitAndRetire(uint64_t value, absl::Time deadline, bool block_on_retire);
-  void Retire(bool blocking) ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
+  void WaitAndRetire(uint64_t value, absl::Time deadline);
+  // Retires every submitted slot the device has finished, in order.
+  void Retire() ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
   void FailDevice(absl::Status status);
   // The error of an in-flight submission known before it retires (it never
   // reached the queue); OK otherwise.
@@ -213,6 +226,9 @@ class Accelerator {
   uint64_t next_value_ ABSL_GUARDED_BY(ring_mu_) = 0;     // last value handed out
   uint64_t retired_value_ ABSL_GUARDED_BY(ring_mu_) = 0;  // last value retired
   uint64_t submitted_through_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  // Values that must retire without being awaited (callbacks, relays); the
+  // completion thread serves the smallest.
+  absl::btree_set<uint64_t> wanted_ ABSL_GUARDED_BY(ring_mu_);
   absl::Status health_ ABSL_GUARDED_BY(ring_mu_);
   bool shutdown_ ABSL_GUARDED_BY(ring_mu_) = false;
   std::vector<std::shared_ptr<CommandList>> lost_lists_ ABSL_GUARDED_BY(ring_mu_);

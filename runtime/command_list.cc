@@ -24,6 +24,12 @@ void GlobalBarrier(VkCommandBuffer cb) {
   vkCmdPipelineBarrier(cb, stages, stages, 0, 1, &barrier, 0, nullptr, 0, nullptr);
 }
 
+// The range lies inside its buffer (written so that no sum can wrap).
+bool InBuffer(const BufferArg& a) {
+  uint64_t size = a.buffer->size();
+  return a.offset <= size && (a.size == VK_WHOLE_SIZE || a.size <= size - a.offset);
+}
+
 }  // namespace
 
 std::array<uint32_t, 3> Groups1D(uint64_t count, uint32_t local_size, uint32_t max_groups) {
@@ -82,7 +88,7 @@ absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, 
           a.buffer->accelerator()->index(), ", the command list on accelerator ", accelerator_->index(),
           " (copy it first)"));
     }
-    if (a.offset > a.buffer->size() || (a.size != VK_WHOLE_SIZE && a.offset + a.size > a.buffer->size())) {
+    if (!InBuffer(a)) {
       return absl::OutOfRangeError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": range [", a.offset,
                                                 ", +", a.size, ") is outside the buffer of ",
                                                 a.buffer->size(), " bytes"));
@@ -140,8 +146,7 @@ absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
                                                    accelerator_->index(), ")"));
   }
   for (const BufferArg* a : {&src, &dst}) {
-    if (a->offset > a->buffer->size() ||
-        (a->size != VK_WHOLE_SIZE && a->offset + a->size > a->buffer->size())) {
+    if (!InBuffer(*a)) {
       return absl::OutOfRangeError(absl::StrCat("Copy: range [", a->offset, ", +", a->size,
                                                 ") is outside a buffer of ", a->buffer->size(), " bytes"));
     }
@@ -179,11 +184,14 @@ absl::Status CommandList::Fill(const BufferArg& dst, uint32_t word) {
   if (dst.buffer->accelerator() != accelerator_) {
     return absl::InvalidArgumentError("Fill: the buffer lives on another accelerator");
   }
+  if (!InBuffer(dst)) {
+    return absl::OutOfRangeError(absl::StrCat("Fill: range [", dst.offset, ", +", dst.size,
+                                              ") is outside a buffer of ", dst.buffer->size(), " bytes"));
+  }
   uint64_t size = dst.resolved_size();
-  if (dst.offset % 4 != 0 || size % 4 != 0 || size == 0 || dst.offset + size > dst.buffer->size()) {
+  if (dst.offset % 4 != 0 || size % 4 != 0 || size == 0) {
     return absl::InvalidArgumentError(absl::StrCat("Fill: offset ", dst.offset, " and size ", size,
-                                                   " must be multiples of 4 inside a buffer of ",
-                                                   dst.buffer->size(), " bytes"));
+                                                   " must be non-zero multiples of 4"));
   }
   Command c{Command::kFill};
   c.args = {BufferArg(dst.buffer, dst.offset, size)};
@@ -281,6 +289,7 @@ absl::Status CommandList::Record(Recording* r) {
   // Hazard tracking by buffer: a barrier goes before a command that touches
   // what an earlier command (since the last barrier) wrote, or writes what it read.
   absl::flat_hash_set<VkBuffer> written, read;
+  bool writes_host_memory = false;
   const Pipeline* bound = nullptr;
   for (size_t i = 0; i < commands_.size(); ++i) {
     const Command& c = commands_[i];
@@ -311,6 +320,11 @@ absl::Status CommandList::Record(Recording* r) {
       read.clear();
     }
     written.insert(writes.begin(), writes.end());
+    for (size_t j = 0; j < c.args.size(); ++j) {
+      bool written_arg = c.kind == Command::kDispatch ? !c.pipeline->kernel->reflection().bindings[j].read_only
+                                                      : j + 1 == c.args.size();
+      if (written_arg) writes_host_memory |= c.args[j].buffer->kind() != MemoryKind::kDevice;
+    }
     read.insert(reads.begin(), reads.end());
 
     if (r->queries != VK_NULL_HANDLE) {
@@ -383,6 +397,15 @@ absl::Status CommandList::Record(Recording* r) {
     if (r->queries != VK_NULL_HANDLE) {
       vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 2 * i + 1);
     }
+  }
+  if (writes_host_memory) {
+    // Make what was written to host-visible memory (downloads) visible to
+    // host reads once the submission's semaphore is signalled.
+    VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
   }
   VK_RETURN_IF_ERROR(vkEndCommandBuffer(r->cb));
   return absl::OkStatus();

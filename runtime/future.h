@@ -4,11 +4,11 @@
 // shared state. `Future<void>` carries an `absl::Status`; `Future<T>` carries an
 // `absl::StatusOr<T>`. A future is resolved exactly once.
 //
-// Futures of device work are ring-buffer slots (see runtime/ring.h): the ring
-// installs a wait hook so that `Await` blocks on the device's timeline
-// semaphore itself and retires the slot on the awaiting thread, instead of
-// waiting for the completion thread to wake it (one thread hop less on the
-// critical path).
+// Futures of device work are ring-buffer slots (see runtime/accelerator.h).
+// Their TimelineDriver lets `Await` block on the device's timeline semaphore
+// itself and retire the slot on the awaiting thread, instead of waiting for a
+// completion thread to wake it (no thread hop on the critical path), and
+// `OnReady` asks the driver to retire the slot without being awaited.
 //
 // Example:
 //   auto [promise, future] = MakePromise<int>();
@@ -37,6 +37,20 @@ class Future;
 template <typename T>
 class Promise;
 
+// Implemented by what resolves device futures: an accelerator's ring.
+class TimelineDriver {
+ public:
+  // Blocks until the work signalling `value` may be done or `deadline`
+  // passes; may resolve futures on this thread.
+  virtual void WaitFor(uint64_t value, absl::Time deadline) = 0;
+  // A callback waits on the future of `value`: resolve it when the work is
+  // done even if nobody awaits it.
+  virtual void WantCompletion(uint64_t value) = 0;
+
+ protected:
+  ~TimelineDriver() = default;
+};
+
 namespace internal {
 
 template <typename T>
@@ -54,9 +68,6 @@ class FutureState {
  public:
   using Result = typename ResultOf<T>::type;
   using Callback = absl::AnyInvocable<void(const Result&) &&>;
-  // Blocks until the underlying event may have happened or `deadline` passed;
-  // may resolve the state itself. Called without the lock held.
-  using WaitHook = absl::AnyInvocable<void(absl::Time deadline)>;
 
   // Resolves the state; returns false (and changes nothing) if it already was.
   // Callbacks run here, on the resolving thread, after the lock is released.
@@ -78,39 +89,40 @@ class FutureState {
     return ready_;
   }
 
-  void SetWaitHook(WaitHook hook) {
-    absl::MutexLock lock(&mu_);
-    hook_ = std::make_shared<WaitHook>(std::move(hook));
-  }
-
   // Waits until resolved or `deadline`; returns null on timeout.
   const Result* Wait(absl::Time deadline) {
-    std::shared_ptr<WaitHook> hook;
     {
       absl::MutexLock lock(&mu_);
       if (ready_) return &result_;
-      hook = hook_;
     }
-    if (hook) (*hook)(deadline);
+    if (driver != nullptr) driver->WaitFor(timeline_value, deadline);
     absl::MutexLock lock(&mu_);
     if (!mu_.AwaitWithDeadline(absl::Condition(&ready_), deadline)) return nullptr;
     return &result_;
   }
 
   void OnReady(Callback callback) {
+    bool queued = false, notify = false;
     {
       absl::MutexLock lock(&mu_);
       if (!ready_) {
+        notify = callbacks_.empty() && driver != nullptr;
         callbacks_.push_back(std::move(callback));
-        return;
+        queued = true;
       }
     }
-    std::move(callback)(result_);
+    if (!queued) {
+      std::move(callback)(result_);
+    } else if (notify) {
+      driver->WantCompletion(timeline_value);  // outside the lock: it may resolve this state
+    }
   }
 
-  // Where the work behind this state signals a timeline semaphore, if it does:
-  // set once before the state is shared, read without the lock afterwards.
-  const void* timeline_owner = nullptr;
+  // For device work: what signals it and the timeline value. Set once before
+  // the state is shared, read without the lock afterwards. The driver must
+  // outlive every wait on the future (an accelerator resolves all its futures
+  // before it is destroyed).
+  TimelineDriver* driver = nullptr;
   uint64_t timeline_value = 0;
 
   // Only valid once ready (the result never changes after that).
@@ -122,7 +134,6 @@ class FutureState {
   // Written once under mu_ before ready_ is set, read-only afterwards.
   Result result_ = absl::UnknownError("future not resolved");
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<WaitHook> hook_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal
@@ -146,9 +157,9 @@ class Future {
   bool valid() const { return state_ != nullptr; }
   bool IsReady() const { return state_->IsReady(); }
 
-  // For device work: the accelerator whose timeline signals completion (an
-  // opaque owner pointer) and the value; owner is null for host futures.
-  const void* timeline_owner() const { return state_->timeline_owner; }
+  // For device work: what signals completion (an accelerator) and the
+  // timeline value; null for host futures.
+  TimelineDriver* timeline_driver() const { return state_->driver; }
   uint64_t timeline_value() const { return state_->timeline_value; }
 
   // Blocks until resolved and returns the result; DeadlineExceeded (the future
@@ -215,16 +226,11 @@ class Promise {
   bool Set(Result result) const { return state_->Set(std::move(result)); }
   bool IsReady() const { return state_->IsReady(); }
 
-  // Marks the future as device work on `owner`'s timeline at `value`.
-  // Call before handing out futures.
-  void SetTimelinePoint(const void* owner, uint64_t value) const {
-    state_->timeline_owner = owner;
+  // Marks the future as device work signalled by `driver` at `value`. Call
+  // before handing out futures.
+  void SetTimeline(TimelineDriver* driver, uint64_t value) const {
+    state_->driver = driver;
     state_->timeline_value = value;
-  }
-
-  // See FutureState::WaitHook. Install before handing out futures.
-  void SetWaitHook(typename internal::FutureState<T>::WaitHook hook) const {
-    state_->SetWaitHook(std::move(hook));
   }
 
  private:

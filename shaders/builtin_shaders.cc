@@ -18,14 +18,11 @@ namespace {
 
 absl::Span<const BuiltinShader> BuiltinShaders() { return kEmbeddedShaders; }
 
-std::optional<absl::Span<const uint32_t>> FindBuiltinShader(
-    absl::string_view name) {
+std::optional<absl::Span<const uint32_t>> FindBuiltinShader(absl::string_view name) {
   absl::Span<const BuiltinShader> shaders = BuiltinShaders();
-  auto it = std::lower_bound(
-      shaders.begin(), shaders.end(), name,
-      [](const BuiltinShader& shader, absl::string_view key) {
-        return shader.name < key;
-      });
+  auto it =
+      std::lower_bound(shaders.begin(), shaders.end(), name,
+                       [](const BuiltinShader& shader, absl::string_view key) { return shader.name < key; });
   if (it == shaders.end() || it->name != name) return std::nullopt;
   return it->spirv;
 }

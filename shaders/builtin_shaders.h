@@ -39,8 +39,7 @@ absl::Span<const BuiltinShader> BuiltinShaders();
 
 // The SPIR-V of the built-in kernel `name`, or nullopt if there is none.
 // Names are matched exactly (case-sensitive).
-std::optional<absl::Span<const uint32_t>> FindBuiltinShader(
-    absl::string_view name);
+std::optional<absl::Span<const uint32_t>> FindBuiltinShader(absl::string_view name);
 
 }  // namespace causeway
 

@@ -61,8 +61,8 @@ void main() {
           (gl_WorkGroupSize.x + gl_SubgroupSize - 1) / gl_SubgroupSize);
   barrier();
   for (uint n = num_subgroups; n > 1;) {
-    // Fold the upper `n - half` slots onto the lower ones. Reads are from
-    // [half, n) and writes to [0, n - half), which never overlap.
+    // Fold the upper `n - half_n` slots onto the lower ones. Reads are from
+    // [half_n, n) and writes to [0, n - half_n), which never overlap.
     const uint half_n = (n + 1) / 2;
     if (gl_LocalInvocationIndex < n - half_n) {
       subgroup_sums[gl_LocalInvocationIndex] +=

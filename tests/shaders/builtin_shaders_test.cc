@@ -53,8 +53,7 @@ ModuleFacts ReadFacts(absl::Span<const uint32_t> spirv) {
     const uint32_t word_count = spirv[i] >> 16;
     if (word_count == 0 || i + word_count > spirv.size()) break;
     absl::Span<const uint32_t> operands = spirv.subspan(i + 1, word_count - 1);
-    if (opcode == kOpEntryPoint && operands.size() >= 3 &&
-        operands[0] == kExecutionModelGLCompute) {
+    if (opcode == kOpEntryPoint && operands.size() >= 3 && operands[0] == kExecutionModelGLCompute) {
       // operands[2..] is the nul-terminated name packed little-endian.
       const char* name = reinterpret_cast<const char*>(&operands[2]);
       if (absl::string_view(name) == "main") {
@@ -92,8 +91,7 @@ std::vector<std::string> Names(absl::Span<const BuiltinShader> shaders) {
 // Tests that every kernel is listed exactly once, sorted by name.
 TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
   EXPECT_THAT(Names(BuiltinShaders()),
-              ElementsAre("add", "copy", "fill", "matmul", "mul", "reduce_sum",
-                          "scale"));
+              ElementsAre("add", "copy", "fill", "matmul", "mul", "reduce_sum", "scale"));
 }
 
 // Tests that each module has a SPIR-V 1.5 header with a plausible id bound.
@@ -115,13 +113,10 @@ TEST(BuiltinShadersTest, ModulesValidateForVulkan12) {
     spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
     std::string messages;
     tools.SetMessageConsumer(
-        [&messages](spv_message_level_t, const char*,
-                    const spv_position_t& position, const char* message) {
-          messages += "word " + std::to_string(position.index) + ": " +
-                      message + "\n";
+        [&messages](spv_message_level_t, const char*, const spv_position_t& position, const char* message) {
+          messages += "word " + std::to_string(position.index) + ": " + message + "\n";
         });
-    EXPECT_TRUE(tools.Validate(shader.spirv.data(), shader.spirv.size()))
-        << messages;
+    EXPECT_TRUE(tools.Validate(shader.spirv.data(), shader.spirv.size())) << messages;
   }
 }
 
@@ -136,9 +131,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
     std::set<uint32_t> spec_ids;
   };
   const std::map<std::string, Expected> expected = {
-      {"add", {3, 2, 1, {0}}},        {"copy", {2, 1, 1, {0}}},
-      {"fill", {1, 0, 1, {0}}},       {"matmul", {3, 2, 1, {0, 1}}},
-      {"mul", {3, 2, 1, {0}}},        {"reduce_sum", {2, 1, 1, {0}}},
+      {"add", {3, 2, 1, {0}}},       {"copy", {2, 1, 1, {0}}}, {"fill", {1, 0, 1, {0}}},
+      {"matmul", {3, 2, 1, {0, 1}}}, {"mul", {3, 2, 1, {0}}},  {"reduce_sum", {2, 1, 1, {0}}},
       {"scale", {2, 1, 1, {0}}},
   };
   for (const BuiltinShader& shader : BuiltinShaders()) {
@@ -163,8 +157,7 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
 TEST(BuiltinShadersTest, FindReturnsTheListedModule) {
   for (const BuiltinShader& shader : BuiltinShaders()) {
     SCOPED_TRACE(shader.name);
-    std::optional<absl::Span<const uint32_t>> found =
-        FindBuiltinShader(shader.name);
+    std::optional<absl::Span<const uint32_t>> found = FindBuiltinShader(shader.name);
     ASSERT_TRUE(found.has_value());
     EXPECT_EQ(found->data(), shader.spirv.data());
     EXPECT_EQ(found->size(), shader.spirv.size());

@@ -1,0 +1,272 @@
+// Per-dispatch cost of Causeway against raw Vulkan calls, in the same binary
+// and run, on the same device, queue, pipeline and buffers.
+//
+//   submit-await: one tiny kernel submitted and awaited, again and again.
+//   replay:       a one-dispatch command list submitted N times back to back,
+//                 then the last one awaited (the ring and completion path).
+//   batched:      one command list of N dependent dispatches, submitted and
+//                 awaited (recording, barriers and replay of a long list).
+//
+// Each case runs raw and Causeway alternately, `--runs` times; the medians and
+// their ratio (Causeway / raw; 1.00 = no overhead) are printed.
+//
+//   causeway_dispatch_bench [--runs=9] [--iterations=200] [--n=256]
+// For steadier figures on a small machine: taskset -c 0, LP_NUM_THREADS=0.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+#include "runtime/trace.h"
+#include "runtime/vk_status.h"
+
+namespace causeway {
+namespace {
+
+constexpr uint32_t kElements = 64;  // a tiny kernel: 64 floats scaled
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+#define CHECK_VK(call)                                                                  \
+  do {                                                                                  \
+    VkResult r_ = (call);                                                               \
+    if (r_ != VK_SUCCESS) {                                                             \
+      std::fprintf(stderr, "%s failed: %s\n", #call, VkResultName(r_));                 \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+#define CHECK_OK(expr)                                                                  \
+  do {                                                                                  \
+    absl::Status s_ = (expr);                                                           \
+    if (!s_.ok()) {                                                                     \
+      std::fprintf(stderr, "%s: %s\n", #expr, s_.ToString().c_str());                   \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+// The raw-Vulkan side: its own command pool, command buffers and timeline,
+// recording exactly what Causeway records (a leading barrier, then dispatches
+// with barriers between dependent ones).
+class Raw {
+ public:
+  Raw(Accelerator* acc, const Pipeline* pipeline, VkBuffer x, VkBuffer y)
+      : acc_(acc), dev_(acc->device().handle()), pipeline_(pipeline), x_(x), y_(y) {
+    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pi.queueFamilyIndex = acc->device().queue_family();
+    CHECK_VK(vkCreateCommandPool(dev_, &pi, nullptr, &pool_));
+    VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
+    type.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+    VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
+    si.pNext = &type;
+    CHECK_VK(vkCreateSemaphore(dev_, &si, nullptr, &timeline_));
+  }
+  ~Raw() {
+    vkDeviceWaitIdle(dev_);
+    vkDestroySemaphore(dev_, timeline_, nullptr);
+    vkDestroyCommandPool(dev_, pool_, nullptr);
+  }
+
+  // A command buffer of `dispatches` chained scale kernels (x -> y -> x ...).
+  VkCommandBuffer Record(int dispatches, bool simultaneous) {
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer cb;
+    CHECK_VK(vkAllocateCommandBuffers(dev_, &ai, &cb));
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (simultaneous) bi.flags = VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT;
+    CHECK_VK(vkBeginCommandBuffer(cb, &bi));
+    Barrier(cb);
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_->pipeline);
+    for (int i = 0; i < dispatches; ++i) {
+      if (i > 0) Barrier(cb);
+      VkBuffer in = i % 2 == 0 ? x_ : y_, out = i % 2 == 0 ? y_ : x_;
+      VkDescriptorBufferInfo infos[2] = {{in, 0, kElements * 4}, {out, 0, kElements * 4}};
+      VkWriteDescriptorSet w[2];
+      for (int j = 0; j < 2; ++j) {
+        w[j] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w[j].dstBinding = j;
+        w[j].descriptorCount = 1;
+        w[j].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[j].pBufferInfo = &infos[j];
+      }
+      acc_->device().push_descriptor_fn()(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_->layout, 0, 2, w);
+      ScaleParams p{kElements, 1.0f};
+      vkCmdPushConstants(cb, pipeline_->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(p), &p);
+      vkCmdDispatch(cb, 1, 1, 1);
+    }
+    CHECK_VK(vkEndCommandBuffer(cb));
+    return cb;
+  }
+
+  void Submit(VkCommandBuffer cb) {
+    uint64_t value = ++value_;
+    VkTimelineSemaphoreSubmitInfo ti{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    ti.signalSemaphoreValueCount = 1;
+    ti.pSignalSemaphoreValues = &value;
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.pNext = &ti;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cb;
+    si.signalSemaphoreCount = 1;
+    si.pSignalSemaphores = &timeline_;
+    CHECK_VK(vkQueueSubmit(acc_->queue(), 1, &si, VK_NULL_HANDLE));
+  }
+  void WaitLast() {
+    VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    wi.semaphoreCount = 1;
+    wi.pSemaphores = &timeline_;
+    wi.pValues = &value_;
+    CHECK_VK(vkWaitSemaphores(dev_, &wi, UINT64_MAX));
+  }
+
+ private:
+  static void Barrier(VkCommandBuffer cb) {
+    VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    b.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                      VK_ACCESS_TRANSFER_WRITE_BIT;
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vkCmdPipelineBarrier(cb, st, st, 0, 1, &b, 0, nullptr, 0, nullptr);
+  }
+  Accelerator* acc_;
+  VkDevice dev_;
+  const Pipeline* pipeline_;
+  VkBuffer x_, y_;
+  VkCommandPool pool_ = VK_NULL_HANDLE;
+  VkSemaphore timeline_ = VK_NULL_HANDLE;
+  uint64_t value_ = 0;
+};
+
+struct Case {
+  std::string name;
+  std::function<void()> raw, causeway;
+  int dispatches;  // per call of raw/causeway
+};
+
+int Main(int argc, char** argv) {
+  int runs = 9, iterations = 200, n = 256;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag, int* out) {
+      std::string prefix = std::string(flag) + "=";
+      if (!absl::StartsWith(a, prefix)) return false;
+      if (!absl::SimpleAtoi(a.substr(prefix.size()), out) || *out < 1) {
+        std::fprintf(stderr, "bad value in %s\n", a.c_str());
+        std::exit(2);
+      }
+      return true;
+    };
+    if (!value("--runs", &runs) && !value("--iterations", &iterations) && !value("--n", &n)) {
+      std::fprintf(stderr, "usage: %s [--runs=9] [--iterations=200] [--n=256]\n", argv[0]);
+      return 2;
+    }
+  }
+  RuntimeOptions options;
+  options.accelerators = 1;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.ring_capacity = static_cast<uint32_t>(std::max(n, 64));
+  auto rt = Runtime::Create(options);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "%s\n", rt.status().ToString().c_str());
+    return 1;
+  }
+  Accelerator* acc = (*rt)->accelerator(0);
+  if (!acc->device().push_descriptors()) {
+    std::fprintf(stderr, "the raw baseline needs VK_KHR_push_descriptor\n");
+    return 1;
+  }
+  auto kernel = BuiltinKernel("scale").value();
+  const Pipeline* pipeline = acc->device().GetPipeline(kernel).value();
+  auto x = acc->CreateBuffer(kElements * 4).value();
+  auto y = acc->CreateBuffer(kElements * 4).value();
+  std::vector<float> ones(kElements, 1.0f);
+  CHECK_OK(acc->UploadSync(x, ones.data(), kElements * 4));
+  CHECK_OK(acc->UploadSync(y, ones.data(), kElements * 4));
+
+  Raw raw(acc, pipeline, x->handle(), y->handle());
+  // As Causeway does, a separate recording per in-flight replay (one
+  // simultaneous-use buffer submitted n times is slower on lavapipe).
+  std::vector<VkCommandBuffer> raw_ones;
+  for (int i = 0; i < n; ++i) raw_ones.push_back(raw.Record(1, /*simultaneous=*/false));
+  VkCommandBuffer raw_one = raw_ones[0];
+  VkCommandBuffer raw_many = raw.Record(n, false);
+
+  auto one = acc->CreateCommandList("one").value();
+  CHECK_OK(ops::Scale(*one, x, y, kElements, 1.0f));
+  auto many = acc->CreateCommandList("many").value();
+  for (int i = 0; i < n; ++i) {
+    CHECK_OK(i % 2 == 0 ? ops::Scale(*many, x, y, kElements, 1.0f) : ops::Scale(*many, y, x, kElements, 1.0f));
+  }
+
+  std::vector<Case> cases = {
+      {"submit-await",
+       [&] {
+         for (int i = 0; i < iterations; ++i) {
+           raw.Submit(raw_one);
+           raw.WaitLast();
+         }
+       },
+       [&] {
+         for (int i = 0; i < iterations; ++i) CHECK_OK(acc->Submit(one).Await());
+       },
+       iterations},
+      {"replay",
+       [&] {
+         for (int i = 0; i < n; ++i) raw.Submit(raw_ones[i]);
+         raw.WaitLast();
+       },
+       [&] {
+         Future<> last;
+         for (int i = 0; i < n; ++i) last = acc->Submit(one);
+         CHECK_OK(last.Await());
+       },
+       n},
+      {"batched",
+       [&] {
+         raw.Submit(raw_many);
+         raw.WaitLast();
+       },
+       [&] { CHECK_OK(acc->Submit(many).Await()); }, n},
+  };
+
+  std::printf("dispatch cost on %s, %d-float kernels, median of %d runs%s%s\n", acc->info().name.c_str(), kElements,
+              runs, std::getenv("LP_NUM_THREADS") ? ", LP_NUM_THREADS=" : "",
+              std::getenv("LP_NUM_THREADS") ? std::getenv("LP_NUM_THREADS") : "");
+  std::printf("%-14s %12s %12s %8s\n", "case", "raw us/disp", "causeway", "ratio");
+  for (Case& c : cases) {
+    c.raw();  // warm up both (pipelines, recordings, staging)
+    c.causeway();
+    std::vector<double> raw_us, cw_us;
+    for (int r = 0; r < runs; ++r) {
+      int64_t t0 = Tracer::NowNs();
+      c.raw();
+      int64_t t1 = Tracer::NowNs();
+      c.causeway();
+      int64_t t2 = Tracer::NowNs();
+      raw_us.push_back((t1 - t0) / 1e3 / c.dispatches);
+      cw_us.push_back((t2 - t1) / 1e3 / c.dispatches);
+    }
+    double mr = Median(raw_us), mc = Median(cw_us);
+    std::printf("%-14s %12.2f %12.2f %8.2f\n", c.name.c_str(), mr, mc, mc / mr);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace causeway
+
+int main(int argc, char** argv) { return causeway::Main(argc, argv); }
