@@ -33,6 +33,7 @@ namespace causeway {
 namespace {
 
 constexpr uint32_t kElements = 64;  // a tiny kernel: 64 floats scaled
+constexpr int kReplays = 4;         // replay runs of n submissions per timed run
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -226,15 +227,19 @@ int Main(int argc, char** argv) {
        iterations},
       {"replay",
        [&] {
-         for (int i = 0; i < n; ++i) raw.Submit(raw_ones[i]);
-         raw.WaitLast();
+         for (int rep = 0; rep < kReplays; ++rep) {
+           for (int i = 0; i < n; ++i) raw.Submit(raw_ones[i]);
+           raw.WaitLast();
+         }
        },
        [&] {
-         Future<> last;
-         for (int i = 0; i < n; ++i) last = acc->Submit(one);
-         CHECK_OK(last.Await());
+         for (int rep = 0; rep < kReplays; ++rep) {
+           Future<> last;
+           for (int i = 0; i < n; ++i) last = acc->Submit(one);
+           CHECK_OK(last.Await());
+         }
        },
-       n},
+       n * kReplays},
       {"batched",
        [&] {
          raw.Submit(raw_many);
@@ -251,14 +256,15 @@ int Main(int argc, char** argv) {
     c.raw();  // warm up both (pipelines, recordings, staging)
     c.causeway();
     std::vector<double> raw_us, cw_us;
+    // Alternate which side goes first, so neither gains from the other's
+    // leftovers (a warm cache, a lavapipe thread still spinning).
     for (int r = 0; r < runs; ++r) {
-      int64_t t0 = Tracer::NowNs();
-      c.raw();
-      int64_t t1 = Tracer::NowNs();
-      c.causeway();
-      int64_t t2 = Tracer::NowNs();
-      raw_us.push_back((t1 - t0) / 1e3 / c.dispatches);
-      cw_us.push_back((t2 - t1) / 1e3 / c.dispatches);
+      for (int side : {r % 2, 1 - r % 2}) {
+        int64_t t0 = Tracer::NowNs();
+        (side == 0 ? c.raw : c.causeway)();
+        double us = (Tracer::NowNs() - t0) / 1e3 / c.dispatches;
+        (side == 0 ? raw_us : cw_us).push_back(us);
+      }
     }
     double mr = Median(raw_us), mc = Median(cw_us);
     std::printf("%-14s %12.2f %12.2f %8.2f\n", c.name.c_str(), mr, mc, mc / mr);
