@@ -1,0 +1,180 @@
+// Runtime options, device selection, tracing hooks and the pipeline cache.
+#include "runtime/runtime.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/device.h"
+#include "runtime/ops.h"
+#include "runtime/trace.h"
+#include "tests/testing/vulkan_test.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::TestOptions;
+using ::testing::HasSubstr;
+
+PhysicalDeviceInfo FakeDevice(uint32_t index, VkPhysicalDeviceType type, uint8_t uuid_byte) {
+  PhysicalDeviceInfo d;
+  d.index = index;
+  d.type = type;
+  d.name = absl::StrCat("dev", index);
+  d.uuid.fill(uuid_byte);
+  return d;
+}
+
+// Tests selection by auto (GPU first), type, index and UUID, and the errors.
+TEST(RuntimeTest, SelectPhysicalDevice) {
+  std::vector<PhysicalDeviceInfo> devs = {FakeDevice(0, VK_PHYSICAL_DEVICE_TYPE_CPU, 0x11),
+                                          FakeDevice(1, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, 0x22),
+                                          FakeDevice(2, VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, 0x33)};
+  EXPECT_EQ((*SelectPhysicalDevice(devs, ""))->index, 2u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "auto"))->index, 2u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "cpu"))->index, 0u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "integrated"))->index, 1u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "gpu"))->index, 2u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "1"))->index, 1u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, std::string(32, '2')))->index, 1u);
+  EXPECT_EQ((*SelectPhysicalDevice(devs, "uuid:" + std::string(32, '3')))->index, 2u);
+  auto bad = SelectPhysicalDevice(devs, "7");
+  EXPECT_TRUE(absl::IsNotFound(bad.status()));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("dev2"));  // lists what exists
+  EXPECT_TRUE(absl::IsNotFound(SelectPhysicalDevice(devs, "virtual").status()));
+  EXPECT_TRUE(absl::IsNotFound(SelectPhysicalDevice(devs, "banana").status()));
+  EXPECT_TRUE(absl::IsNotFound(SelectPhysicalDevice({}, "auto").status()));
+  // Only a CPU driver: auto falls back to it.
+  EXPECT_EQ((*SelectPhysicalDevice({devs[0]}, "auto"))->index, 0u);
+}
+
+// Tests that the accelerator count, budget and ring size come from the
+// environment when the options leave them unset, and bad values are refused.
+TEST(RuntimeTest, EnvironmentSettings) {
+  setenv("CAUSEWAY_ACCELERATORS", "3", 1);
+  setenv("CAUSEWAY_MEMORY_BUDGET", "64MiB", 1);
+  setenv("CAUSEWAY_RING_SLOTS", "5", 1);
+  RuntimeOptions o = TestOptions(0);
+  auto rt = MakeRuntime(o);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->size(), 3u);
+  EXPECT_EQ(rt->accelerator(2)->memory_budget(), 64u << 20);
+  EXPECT_EQ(rt->accelerator(0)->ring_capacity(), 5u);
+  setenv("CAUSEWAY_ACCELERATORS", "many", 1);
+  auto bad = Runtime::Create(o);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  unsetenv("CAUSEWAY_ACCELERATORS");
+  unsetenv("CAUSEWAY_MEMORY_BUDGET");
+  unsetenv("CAUSEWAY_RING_SLOTS");
+  o.accelerators = 300;
+  EXPECT_TRUE(absl::IsInvalidArgument(Runtime::Create(o).status()));
+}
+
+// Tests that lavapipe (one queue per device) gets one VkDevice per
+// accelerator, that insisting on queues of one device is refused clearly,
+// and that the default budget divides the heap among accelerators.
+TEST(RuntimeTest, LayoutAndDefaultBudget) {
+  auto rt = MakeRuntime(2);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_FALSE(rt->plan().shared_device);
+  EXPECT_NE(&rt->accelerator(0)->device(), &rt->accelerator(1)->device());
+  EXPECT_EQ(rt->accelerator(0)->memory_budget(), rt->plan().device->DeviceLocalHeapSize() / 2);
+  EXPECT_EQ(rt->plan().copy_path, CopyPath::kExternalMemory);
+  RuntimeOptions o = TestOptions(2);
+  o.sharing = "queues";
+  auto queues = Runtime::Create(o);
+  EXPECT_TRUE(absl::IsFailedPrecondition(queues.status())) << queues.status();
+  EXPECT_THAT(std::string(queues.status().message()), HasSubstr("compute queues"));
+}
+
+// Tests that with tracing on, every dispatch of a replayed list gets a device
+// timestamp span and the host spans are recorded; with tracing off, none.
+TEST(RuntimeTest, TracingRecordsDeviceAndHostSpans) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  ASSERT_OK_AND_ASSIGN(auto x, acc->CreateBuffer(1024));
+  ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList("traced"));
+  ASSERT_OK(ops::FillWords(*list, x, 256, 1));
+  ASSERT_OK(ops::Scale(*list, x, x, 256, 2.0f));
+
+  Tracer& tracer = Tracer::Get();
+  tracer.Take();
+  tracer.Enable(false);
+  ASSERT_OK(acc->Submit(list).Await());
+  EXPECT_TRUE(tracer.Take().empty());
+
+  tracer.Enable(true);
+  int64_t before = Tracer::NowNs();
+  for (int i = 0; i < 3; ++i) ASSERT_OK(acc->Submit(list).Await());
+  int64_t after = Tracer::NowNs();
+  tracer.Enable(false);
+  std::vector<TraceEvent> events = tracer.Take();
+  int fills = 0, scales = 0, submits = 0;
+  for (const TraceEvent& e : events) {
+    if (e.kind == TraceEvent::kDevice) {
+      EXPECT_EQ(e.track, 0);
+      EXPECT_LE(e.begin_ns, e.end_ns);
+      // lavapipe's timestamps are CLOCK_MONOTONIC, like the host's.
+      EXPECT_GE(e.begin_ns, before);
+      EXPECT_LE(e.end_ns, after);
+      fills += e.name == "fill";
+      scales += e.name == "scale";
+    } else {
+      submits += e.name == "submit";
+    }
+  }
+  EXPECT_EQ(fills, 3);
+  EXPECT_EQ(scales, 3);
+  EXPECT_EQ(submits, 3);
+}
+
+// Tests that the pipeline cache is written to disk and read back by a new
+// runtime, and that a corrupt cache file is ignored rather than trusted.
+TEST(RuntimeTest, PipelineCacheOnDisk) {
+  std::string dir = ::testing::TempDir() + "/causeway-cache-test";
+  std::filesystem::remove_all(dir);
+  RuntimeOptions o = TestOptions(1);
+  o.pipeline_cache_dir = dir;
+  std::string path;
+  {
+    auto rt = MakeRuntime(o);
+    ASSERT_NE(rt, nullptr);
+    Accelerator* acc = rt->accelerator(0);
+    ASSERT_OK_AND_ASSIGN(auto x, acc->CreateBuffer(1024));
+    ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList());
+    ASSERT_OK(ops::FillWords(*list, x, 256, 1));
+    path = acc->device().pipeline_cache_path();
+    EXPECT_THAT(path, HasSubstr(dir));
+  }
+  ASSERT_TRUE(std::filesystem::exists(path));
+  // lavapipe keeps only the header in its VkPipelineCache (Mesa caches
+  // shaders on its own); a GPU driver adds its pipelines after it.
+  ASSERT_GE(std::filesystem::file_size(path), sizeof(VkPipelineCacheHeaderVersionOne));
+  {
+    std::ifstream in(path, std::ios::binary);
+    VkPipelineCacheHeaderVersionOne header{};
+    in.read(reinterpret_cast<char*>(&header), sizeof(header));
+    EXPECT_EQ(header.headerVersion, VK_PIPELINE_CACHE_HEADER_VERSION_ONE);
+  }
+  {
+    auto rt = MakeRuntime(o);  // reads it back
+    ASSERT_NE(rt, nullptr);
+  }
+  {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a pipeline cache at all, just bytes";
+    auto rt = MakeRuntime(o);
+    ASSERT_NE(rt, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto x, rt->accelerator(0)->CreateBuffer(1024));
+    ASSERT_OK_AND_ASSIGN(auto list, rt->accelerator(0)->CreateCommandList());
+    ASSERT_OK(ops::FillWords(*list, x, 256, 1));
+    ASSERT_OK(rt->accelerator(0)->Submit(list).Await());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace causeway
