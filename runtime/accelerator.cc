@@ -146,6 +146,12 @@ CopyPath Accelerator::PathFrom(const Accelerator& src) const {
   return CopyPath::kHostStaged;
 }
 
+CopyPath Accelerator::PathFor(const Buffer& src) const {
+  CopyPath path = PathFrom(*src.accelerator());
+  if (path == CopyPath::kExternalMemory && !src.block()->exportable) return CopyPath::kHostStaged;
+  return path;
+}
+
 uint64_t Accelerator::submitted_value() const {
   absl::MutexLock lock(&ring_mu_);
   return next_value_;
@@ -302,23 +308,34 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     submit.signalSemaphoreCount = 1;
     submit.pSignalSemaphores = &timeline_;
     VkResult r2 = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
-    absl::MutexLock lock(&ring_mu_);
-    slot->status = status;
-    slot->recording = nullptr;
-    slot->promise.emplace(std::move(promise));
-    slot->submitted = true;
-    submitted_through_ = value;
     if (r2 != VK_SUCCESS) {
-      health_ = absl::UnavailableError(absl::StrCat(name(), " cannot submit any more: ", VkResultName(r2)));
+      // This value will never be signalled: fail everything in flight.
+      FailDevice(VkStatus(r2, absl::StrCat("signalling a failed submission on ", name())));
     }
+    Publish(slot, value, std::move(promise), nullptr, status);
     return future;
   }
-  absl::MutexLock lock(&ring_mu_);
-  slot->recording = *recording;
-  slot->promise.emplace(std::move(promise));
-  slot->submitted = true;
-  submitted_through_ = value;
+  Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
   return future;
+}
+
+void Accelerator::Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
+                          absl::Status status) {
+  absl::Status lost;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    if (value > retired_value_) {
+      slot->status = std::move(status);
+      slot->recording = recording;
+      slot->promise.emplace(std::move(promise));
+      slot->submitted = true;
+      submitted_through_ = value;
+      return;
+    }
+    // FailDevice ran while this was being submitted and failed the slot.
+    lost = health_;
+  }
+  promise.Set(lost);
 }
 
 absl::StatusOr<uint64_t> Accelerator::AddHostGate(const Future<>& host_future) {
@@ -504,11 +521,13 @@ void Accelerator::FailDevice(absl::Status status) {
   {
     absl::MutexLock lock(&ring_mu_);
     if (health_.ok()) health_ = absl::UnavailableError(absl::StrCat(name(), " is lost: ", status.message()));
-    for (uint64_t v = retired_value_ + 1; v <= submitted_through_; ++v) {
+    // Slots still being submitted are failed too; their submitter sees that
+    // (value <= retired_value_) when it publishes and resolves them.
+    for (uint64_t v = retired_value_ + 1; v <= next_value_; ++v) {
       failed.push_back(std::move(slots_[v % capacity_]));
       slots_[v % capacity_] = Slot();
     }
-    retired_value_ = submitted_through_;
+    retired_value_ = submitted_through_ = next_value_;
     wanted_.clear();
   }
   absl::Status s;
@@ -627,7 +646,7 @@ Future<> Accelerator::Copy(const BufferArg& src, const BufferArg& dst, absl::Spa
     return Future<>::Ready(absl::InvalidArgumentError(
         absl::StrCat("Copy: the destination is on ", dst.buffer->accelerator()->name(), ", not ", name())));
   }
-  if (PathFrom(*src.buffer->accelerator()) == CopyPath::kHostStaged) return HostStagedCopy(src, dst, waits);
+  if (PathFor(*src.buffer) == CopyPath::kHostStaged) return HostStagedCopy(src, dst, waits);
   auto list = CreateCommandList("copy");
   if (!list.ok()) return Future<>::Ready(list.status());
   absl::Status s = (*list)->Copy(src, dst);
@@ -637,35 +656,31 @@ Future<> Accelerator::Copy(const BufferArg& src, const BufferArg& dst, absl::Spa
 
 Future<> Accelerator::HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits) {
   Accelerator* from = src.buffer->accelerator();
-  uint64_t size = src.resolved_size();
-  if (src.offset + size > src.buffer->size() || dst.offset > dst.buffer->size() || size != dst.resolved_size() ||
-      size == 0) {
-    return Future<>::Ready(absl::InvalidArgumentError(absl::StrCat(
-        "Copy: source range of ", size, " bytes and destination range of ", dst.resolved_size(), " must match")));
+  for (const BufferArg* a : {&src, &dst}) {
+    uint64_t size = a->buffer->size();
+    if (a->offset > size || (a->size != VK_WHOLE_SIZE && a->size > size - a->offset)) {
+      return Future<>::Ready(absl::OutOfRangeError(absl::StrCat("Copy: range [", a->offset, ", +", a->size,
+                                                                ") is outside a buffer of ", size, " bytes")));
+    }
   }
-  // Download on the source into this side's upload staging, then copy on this
-  // accelerator; the second step is submitted when the first retires.
+  uint64_t size = src.resolved_size();
+  if (size != dst.resolved_size() || size == 0) {
+    return Future<>::Ready(absl::InvalidArgumentError(absl::StrCat(
+        "Copy: source has ", size, " bytes, destination ", dst.resolved_size(), " (they must match and be > 0)")));
+  }
+  // Download on the source into this side's upload staging (the host copy
+  // runs when that download retires), then copy on this accelerator after it:
+  // both are submitted now, so work queued here later waits in order.
   auto staging = CreateStagingBuffer(size);
   if (!staging.ok()) return Future<>::Ready(staging.status());
   std::shared_ptr<Buffer> stage = *staging;
   Future<> downloaded = from->Download(src.buffer, stage->mapped(), size, src.offset, waits);
-  auto [promise, result] = MakePromise<>();
-  auto shared_promise = std::make_shared<Promise<>>(std::move(promise));
-  BufferArg target = dst;
-  downloaded.OnReady([this, stage, target, size, shared_promise](const absl::Status& s) {
-    if (!s.ok()) {
-      shared_promise->Set(s);
-      return;
-    }
-    auto list = CreateCommandList("copy-staged");
-    absl::Status st = list.ok() ? (*list)->Copy(BufferArg(stage, 0, size), target) : list.status();
-    if (!st.ok()) {
-      shared_promise->Set(st);
-      return;
-    }
-    SubmitInternal(*list, {}, {}).OnReady([shared_promise](const absl::Status& s2) { shared_promise->Set(s2); });
-  });
-  return result;
+  auto list = CreateCommandList("copy-staged");
+  if (!list.ok()) return Future<>::Ready(list.status());
+  absl::Status s = (*list)->Copy(BufferArg(stage, 0, size), dst);
+  if (!s.ok()) return Future<>::Ready(s);
+  Future<> inputs[] = {downloaded};
+  return SubmitInternal(*list, inputs, {});
 }
 
 }  // namespace causeway

@@ -132,6 +132,9 @@ class Accelerator final : public TimelineDriver {
   // there is (see PathFrom), after `waits`.
   Future<> Copy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits = {});
   CopyPath PathFrom(const Accelerator& src) const;
+  // The path for copying out of `src` specifically: staging buffers are not
+  // exportable, so they go through the host even where devices share memory.
+  CopyPath PathFor(const Buffer& src) const;
 
   // Blocks until everything submitted so far has retired (or failed).
   absl::Status Flush(absl::Time deadline = absl::InfiniteFuture());
@@ -198,6 +201,9 @@ class Accelerator final : public TimelineDriver {
   // Retires every submitted slot the device has finished, in order.
   void Retire() ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
   void FailDevice(absl::Status status);
+  // Marks a slot submitted (or resolves it, if FailDevice already failed it).
+  void Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
+               absl::Status status) ABSL_LOCKS_EXCLUDED(ring_mu_);
   // The error of an in-flight submission known before it retires (it never
   // reached the queue); OK otherwise.
   absl::Status KnownStatus(uint64_t value) const ABSL_LOCKS_EXCLUDED(ring_mu_);

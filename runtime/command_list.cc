@@ -160,7 +160,7 @@ absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
   c.args = {BufferArg(src.buffer, src.offset, size), BufferArg(dst.buffer, dst.offset, size)};
   c.name = "copy";
   Accelerator* from = src.buffer->accelerator();
-  switch (accelerator_->PathFrom(*from)) {
+  switch (accelerator_->PathFor(*src.buffer)) {
     case CopyPath::kSameQueue:
     case CopyPath::kSameDevice:
       break;

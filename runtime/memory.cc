@@ -65,7 +65,11 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
   else if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   else return absl::InvalidArgumentError(absl::StrCat("unknown unit '", unit, "' in byte size '", text, "'"));
-  return static_cast<uint64_t>(number * scale);
+  double bytes = number * scale;
+  if (!(bytes < 18446744073709551616.0)) {  // 2^64; also catches NaN
+    return absl::InvalidArgumentError(absl::StrCat("byte size '", text, "' is too large"));
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 void* Buffer::mapped() const {
@@ -218,7 +222,11 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
   }
   MemoryBlock* block = nullptr;
   uint64_t offset = 0;
+  // A request over half a block gets a block of its own, so freeing it
+  // returns the memory (and peers' imports of it) at once.
+  bool dedicated = reserved > options_.block_size / 2;
   for (auto& b : blocks_) {
+    if (dedicated) break;
     if ((req.memoryTypeBits & (1u << b->type_index)) == 0) continue;
     auto r = b->ranges.Allocate(reserved, alignment);
     if (r.ok()) {
@@ -228,7 +236,7 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
     }
   }
   if (block == nullptr) {
-    uint64_t block_size = reserved > options_.block_size / 2 ? reserved : options_.block_size;
+    uint64_t block_size = dedicated ? reserved : options_.block_size;
     // Never reserve a shared block beyond what the budget could ever use.
     block_size = std::max(reserved, std::min(block_size, options_.budget));
     ASSIGN_OR_RETURN(block, NewBlock(block_size, req.memoryTypeBits));

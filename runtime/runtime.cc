@@ -136,7 +136,11 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
   if (plan.memory_budget == 0) {
     std::string b = Env("CAUSEWAY_MEMORY_BUDGET");
     if (!b.empty()) {
-      ASSIGN_OR_RETURN(plan.memory_budget, ParseByteSize(b));
+      auto parsed = ParseByteSize(b);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("CAUSEWAY_MEMORY_BUDGET: ", parsed.status().message()));
+      }
+      plan.memory_budget = *parsed;
     } else {
       plan.memory_budget = plan.device->DeviceLocalHeapSize() / plan.accelerators;
     }
