@@ -22,6 +22,18 @@ uint64_t NsUntil(absl::Time deadline) {
   return static_cast<uint64_t>(absl::ToInt64Nanoseconds(d));
 }
 
+// Raises a host-signalled timeline semaphore to `value` unless it is there
+// already. Callers serialize the raises of one semaphore.
+void RaiseTimeline(VkDevice device, VkSemaphore semaphore, uint64_t value) {
+  uint64_t current = 0;
+  vkGetSemaphoreCounterValue(device, semaphore, &current);
+  if (current >= value) return;
+  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+  info.semaphore = semaphore;
+  info.value = value;
+  vkSignalSemaphore(device, &info);
+}
+
 }  // namespace
 
 const char* CopyPathName(CopyPath path) {
@@ -360,10 +372,7 @@ void Accelerator::HostGate::Resolve(uint64_t value) {
   }
   if (raise == signalled) return;
   signalled = raise;
-  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
-  info.semaphore = semaphore;
-  info.value = raise;
-  vkSignalSemaphore(device->handle(), &info);
+  RaiseTimeline(device->handle(), semaphore, raise);
 }
 
 Accelerator::HostGate::~HostGate() {
@@ -407,15 +416,9 @@ absl::StatusOr<VkSemaphore> Accelerator::RelayFrom(const Accelerator* source) {
 void Accelerator::SignalRelay(const Accelerator* source, uint64_t value) {
   auto relay = RelayFrom(source);
   if (!relay.ok()) return;  // made at registration; cannot fail here
-  VkSemaphore sem = *relay;
-  // The relay mirrors the source's timeline, so values only rise.
-  uint64_t current = 0;
-  vkGetSemaphoreCounterValue(device_->handle(), sem, &current);
-  if (current >= value) return;
-  VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
-  info.semaphore = sem;
-  info.value = value;
-  vkSignalSemaphore(device_->handle(), &info);
+  // The relay mirrors the source's timeline, so values only rise; the
+  // source's retirements are serialized.
+  RaiseTimeline(device_->handle(), *relay, value);
 }
 
 void Accelerator::WaitFor(uint64_t value, absl::Time deadline) { WaitAndRetire(value, deadline); }
@@ -553,15 +556,7 @@ void Accelerator::ReleaseWaits() {
   // is gone) is let through, so the queue drains and nothing hangs. Values
   // signalled later are ignored (they are lower).
   constexpr uint64_t kReleased = uint64_t{1} << 62;
-  auto release = [this](VkSemaphore sem) {
-    uint64_t current = 0;
-    vkGetSemaphoreCounterValue(device_->handle(), sem, &current);
-    if (current >= kReleased) return;
-    VkSemaphoreSignalInfo info{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
-    info.semaphore = sem;
-    info.value = kReleased;
-    vkSignalSemaphore(device_->handle(), &info);
-  };
+  auto release = [this](VkSemaphore sem) { RaiseTimeline(device_->handle(), sem, kReleased); };
   if (gate_ != nullptr) {
     absl::MutexLock lock(&gate_->mu);
     release(gate_->semaphore);

@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/runtime.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

@@ -15,7 +15,7 @@
 #include "runtime/command_list.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

@@ -28,7 +28,7 @@
 #include "runtime/reference.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

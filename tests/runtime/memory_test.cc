@@ -19,7 +19,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

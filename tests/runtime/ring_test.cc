@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "runtime/accelerator.h"
 #include "runtime/ops.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

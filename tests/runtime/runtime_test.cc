@@ -10,7 +10,7 @@
 #include "runtime/device.h"
 #include "runtime/ops.h"
 #include "runtime/trace.h"
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {

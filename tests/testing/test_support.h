@@ -1,7 +1,7 @@
 // Shared test support: a runtime on lavapipe with the validation layer on,
 // and a check that no test raised a validation error.
-#ifndef CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
-#define CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
+#ifndef CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
+#define CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
 
 #include <memory>
 #include <random>
@@ -44,4 +44,4 @@ using ::causeway::reference::RandomFloats;
   ASSERT_TRUE(var.ok()) << var.status();              \
   lhs = std::move(var).value()
 
-#endif  // CAUSEWAY_TESTS_TESTING_VULKAN_TEST_H_
+#endif  // CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_

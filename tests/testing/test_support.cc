@@ -1,4 +1,4 @@
-#include "tests/testing/vulkan_test.h"
+#include "tests/testing/test_support.h"
 
 #include <cstdlib>
 
