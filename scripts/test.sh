@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs the whole test suite on lavapipe
 # with the Vulkan validation layer on (a validation error fails the test).
+#
+#   bash scripts/test.sh           the suite
+#   bash scripts/test.sh --asan    the suite built with AddressSanitizer and
+#                                  UndefinedBehaviorSanitizer (in build-asan/)
+# Further arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"
+if [ "${1:-}" = "--asan" ]; then
+  shift
+  export BUILD_DIR=${BUILD_DIR:-build-asan}
+  bash scripts/build.sh -DCAUSEWAY_ASAN=ON -DCAUSEWAY_BUILD_BENCHMARKS=OFF
+  # The downstream-install test links an uninstrumented program against the
+  # instrumented library; it runs in the plain suite.
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.' "$@"
+else
+  bash scripts/build.sh
+  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"
+fi
