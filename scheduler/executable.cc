@@ -1,0 +1,247 @@
+#include "scheduler/executable.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+#include "runtime/trace.h"
+
+namespace causeway {
+
+size_t RunState::step_count() const { return executable_->program().steps().size(); }
+
+bool RunState::dispatched() const {
+  absl::MutexLock lock(&mu_);
+  return dispatched_;
+}
+
+std::vector<Future<>> RunState::futures() const {
+  absl::MutexLock lock(&mu_);
+  return futures_;
+}
+
+absl::Status RunState::Await(absl::Time deadline) {
+  std::vector<Future<>> futures;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&dispatched_), deadline)) {
+      return absl::DeadlineExceededError("run not yet dispatched at the deadline");
+    }
+    if (!dispatch_error_.ok()) return dispatch_error_;
+    futures = futures_;
+  }
+  absl::Status first;
+  // The last futures first: awaiting them retires the earlier ones on the
+  // same accelerators in one go.
+  for (auto it = futures.rbegin(); it != futures.rend(); ++it) {
+    absl::Status s = it->AwaitStatus(deadline);
+    if (absl::IsDeadlineExceeded(s)) return s;
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances)
+    : program_(std::move(program)), client_(client), max_instances_(std::max(1, instances)) {}
+
+Executable::~Executable() = default;
+
+bool Executable::StepIsStatic(size_t s) const {
+  const ProgramStep& step = program_->steps()[s];
+  for (const auto* ids : {&step.inputs, &step.outputs}) {
+    for (int v : *ids) {
+      if (program_->values()[v].kind != ProgramValue::kIntermediate) return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<BufferArg>> Executable::StepBuffers(const std::vector<ArrayRef>& values,
+                                                               const Instance& inst, size_t s, int d) const {
+  const ProgramStep& step = program_->steps()[s];
+  std::vector<BufferArg> buffers;
+  for (const auto* ids : {&step.inputs, &step.outputs}) {
+    for (int v : *ids) {
+      ASSIGN_OR_RETURN(auto b, values[v]->shard(d));
+      buffers.emplace_back(std::move(b));
+    }
+  }
+  for (const auto& b : inst.scratch[s][d]) buffers.emplace_back(b);
+  return buffers;
+}
+
+absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
+                                    size_t s, int d) const {
+  const ProgramStep& step = program_->steps()[s];
+  ASSIGN_OR_RETURN(std::vector<BufferArg> buffers, StepBuffers(values, inst, s, d));
+  if (step.kind == ProgramStep::kTransfer) return list.Copy(buffers[0], buffers[1]);
+  return step.function->Record(list, buffers);
+}
+
+absl::StatusOr<std::unique_ptr<Executable::Instance>> Executable::MakeInstance() {
+  auto inst = std::make_unique<Instance>();
+  const auto& values = program_->values();
+  inst->values.resize(values.size());
+  for (size_t v = 0; v < values.size(); ++v) {
+    const ProgramValue& pv = values[v];
+    if (pv.kind != ProgramValue::kIntermediate) continue;
+    ASSIGN_OR_RETURN(inst->values[v], Array::Create(pv.mesh, pv.shape, pv.dtype, pv.sharding, client_,
+                                                    absl::StrCat(program_->name(), ":", pv.name)));
+  }
+  const auto& steps = program_->steps();
+  inst->lists.resize(steps.size());
+  inst->scratch.resize(steps.size());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const ProgramStep& step = steps[s];
+    int n = step.mesh->size();
+    inst->lists[s].resize(n);
+    inst->scratch[s].resize(n);
+    for (int d = 0; d < n; ++d) {
+      Accelerator* acc = step.mesh->device(d);
+      if (step.kind == ProgramStep::kCall) {
+        for (const TensorSpec& t : step.function->scratch()) {
+          ASSIGN_OR_RETURN(auto b, acc->CreateBuffer(std::max<uint64_t>(t.bytes(), 4)));
+          inst->scratch[s][d].push_back(std::move(b));
+        }
+      }
+      if (!StepIsStatic(s)) continue;
+      ASSIGN_OR_RETURN(auto list, acc->CreateCommandList(absl::StrCat(program_->name(), ":", step.node)));
+      RETURN_IF_ERROR(RecordStep(*list, inst->values, *inst, s, d));
+      inst->lists[s][d] = std::move(list);
+    }
+  }
+  return inst;
+}
+
+absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<ArrayRef>& inputs,
+                                                              std::vector<ArrayRef>* outputs) {
+  const auto& params = program_->parameters();
+  if (inputs.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("program '", program_->name(), "' takes ", params.size(),
+                                                   " inputs, given ", inputs.size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ProgramValue& p = program_->values()[params[i]];
+    const ArrayRef& a = inputs[i];
+    std::string what = absl::StrCat("program '", program_->name(), "' parameter '", p.name, "'");
+    if (a == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": no array"));
+    if (a->released()) return absl::FailedPreconditionError(absl::StrCat(what, ": array '", a->label(),
+                                                                         "' was released"));
+    if (a->owner() != client_) {
+      return absl::PermissionDeniedError(absl::StrCat(what, ": array '", a->label(), "' belongs to another client"));
+    }
+    if (a->shape() != p.shape || a->dtype() != p.dtype || a->mesh() != p.mesh || !(a->sharding() == p.sharding)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " wants ", DTypeName(p.dtype), ShapeString(p.shape), " ", p.sharding.ToString(), " on ",
+          p.mesh->DebugString(), ", got ", DTypeName(a->dtype()), ShapeString(a->shape()), " ",
+          a->sharding().ToString(), " on ", a->mesh()->DebugString()));
+    }
+  }
+  for (const ProgramStep& s : program_->steps()) {
+    if (s.mesh->released()) {
+      return absl::FailedPreconditionError(absl::StrCat("program '", program_->name(), "' node '", s.node, "': ",
+                                                        s.mesh->DebugString(), " was released"));
+    }
+  }
+
+  // Take an instance: a new one while there may be more, else the least
+  // recently used, once its previous run has ended.
+  Instance* inst = nullptr;
+  int index = 0;
+  std::shared_ptr<RunState> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    if (released_) return absl::FailedPreconditionError("the executable was released");
+    if (static_cast<int>(instances_.size()) < max_instances_) {
+      ASSIGN_OR_RETURN(auto made, MakeInstance());
+      instances_.push_back(std::move(made));
+      index = static_cast<int>(instances_.size()) - 1;
+    } else {
+      for (size_t i = 1; i < instances_.size(); ++i) {
+        if (instances_[i]->last_used < instances_[index]->last_used) index = static_cast<int>(i);
+      }
+    }
+    inst = instances_[index].get();
+    previous = inst->last_run;
+    inst->last_used = ++clock_;
+  }
+  if (previous != nullptr) {
+    HostSpan span("run-backpressure");
+    (void)previous->Await();  // its errors are its own run's
+  }
+
+  auto run = std::make_shared<RunState>();
+  run->executable_ = shared_from_this();
+  run->client_ = client_;
+  run->instance_ = index;
+  run->values_ = inst->values;
+  for (size_t i = 0; i < params.size(); ++i) run->values_[params[i]] = inputs[i];
+  outputs->clear();
+  for (int o : program_->outputs()) {
+    const ProgramValue& pv = program_->values()[o];
+    ASSIGN_OR_RETURN(run->values_[o], Array::Create(pv.mesh, pv.shape, pv.dtype, pv.sharding, client_, pv.name));
+    outputs->push_back(run->values_[o]);
+  }
+  for (const ProgramStep& s : program_->steps()) {
+    for (int v : s.outputs) run->values_[v]->BeginWrite();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    inst->last_run = run;
+  }
+  return run;
+}
+
+absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t s) {
+  const ProgramStep& step = program_->steps()[s];
+  Instance* inst;
+  {
+    absl::MutexLock lock(&mu_);
+    if (released_) return absl::FailedPreconditionError("the executable was released");
+    inst = instances_[run.instance_].get();
+  }
+  std::vector<Future<>> futures;
+  for (int d = 0; d < step.mesh->size(); ++d) {
+    Accelerator* acc = step.mesh->device(d);
+    std::shared_ptr<CommandList> list = inst->lists[s][d];
+    if (list == nullptr) {
+      ASSIGN_OR_RETURN(list, acc->CreateCommandList(absl::StrCat(program_->name(), ":", step.node)));
+      RETURN_IF_ERROR(RecordStep(*list, run.values_, *inst, s, d));
+    }
+    absl::InlinedVector<Future<>, 4> waits;
+    for (int v : step.inputs) waits.push_back(run.values_[v]->ShardReady(d));
+    Future<> f = acc->Submit(list, waits);
+    if (step.kind == ProgramStep::kTransfer &&
+        program_->values()[step.inputs[0]].kind == ProgramValue::kParameter) {
+      run.values_[step.inputs[0]]->AddReader(d, f);  // the client's array: its next upload waits
+    }
+    futures.push_back(std::move(f));
+  }
+  for (int v : step.outputs) run.values_[v]->EndWrite(futures);
+  return futures;
+}
+
+void Executable::FinishDispatch(RunState& run, absl::Status status) {
+  if (!status.ok()) {
+    // Values that will never be written must not leave readers waiting.
+    for (size_t s = run.next_step_; s < program_->steps().size(); ++s) {
+      const ProgramStep& step = program_->steps()[s];
+      std::vector<Future<>> failed(step.mesh->size(), Future<>::Ready(status));
+      for (int v : step.outputs) run.values_[v]->EndWrite(failed);
+    }
+  }
+  absl::MutexLock lock(&run.mu_);
+  run.dispatched_ = true;
+  run.dispatch_error_ = status;
+}
+
+void Executable::Release() {
+  absl::MutexLock lock(&mu_);
+  released_ = true;
+  for (auto& inst : instances_) {
+    for (auto& v : inst->values) {
+      if (v != nullptr) v->Release();
+    }
+  }
+  instances_.clear();
+}
+
+}  // namespace causeway

@@ -1,0 +1,104 @@
+// A program loaded by one client: its lowered steps, recorded once per
+// accelerator into command lists and replayed run after run.
+//
+// Runs rotate over a few instances (sets of intermediate buffers and their
+// recorded lists); a run takes the least recently used one and, if all are in
+// use, waits for that instance's previous run to end: this is the client's
+// backpressure. Steps that touch only an instance's own buffers are replayed;
+// those that bind a run's inputs or outputs (fresh arrays each run) are
+// recorded for that run.
+#ifndef CAUSEWAY_SCHEDULER_EXECUTABLE_H_
+#define CAUSEWAY_SCHEDULER_EXECUTABLE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/future.h"
+#include "scheduler/array.h"
+#include "scheduler/program.h"
+
+namespace causeway {
+
+class Executable;
+
+// The state of one run, shared by the client (who awaits it) and the
+// scheduler (who dispatches its steps in order). Thread-safe.
+class RunState {
+ public:
+  const std::shared_ptr<Executable>& executable() const { return executable_; }
+  ClientId client() const { return client_; }
+  size_t step_count() const;
+  // Blocks until every step is dispatched and has finished; the first error.
+  absl::Status Await(absl::Time deadline = absl::InfiniteFuture());
+  bool dispatched() const;
+  // The futures of every submission, in dispatch order (after dispatch).
+  std::vector<Future<>> futures() const;
+
+ private:
+  friend class Executable;
+  friend class GangScheduler;
+  std::shared_ptr<Executable> executable_;
+  ClientId client_ = 0;
+  int instance_ = 0;
+  std::vector<ArrayRef> values_;  // per program value
+  size_t next_step_ = 0;          // guarded by the scheduler's lock
+
+  mutable absl::Mutex mu_;
+  bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status dispatch_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<Future<>> futures_ ABSL_GUARDED_BY(mu_);
+};
+
+// Thread-safe. Made by Client::Load.
+class Executable : public std::enable_shared_from_this<Executable> {
+ public:
+  Executable(std::shared_ptr<const Program> program, ClientId client, int instances);
+  ~Executable();
+
+  const Program& program() const { return *program_; }
+  ClientId client() const { return client_; }
+
+  // Prepares a run: checks the inputs (naming the parameter), takes an
+  // instance (waiting for its previous run if all are busy), allocates the
+  // outputs. Nothing is submitted yet.
+  absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
+                                                    std::vector<ArrayRef>* outputs);
+  // Submits step `s` of `run` on every device of its mesh; returns its
+  // futures. Called by the scheduler, one step at a time, in the gang order.
+  absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s);
+  // Marks `run` fully dispatched (or failed at step `failed_at`).
+  void FinishDispatch(RunState& run, absl::Status status);
+  // Frees the instances' buffers (the client went away).
+  void Release();
+
+ private:
+  struct Instance {
+    std::vector<ArrayRef> values;  // intermediates (null for parameters/outputs)
+    std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [step][device], null when per run
+    std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;  // [step][device][i]
+    std::shared_ptr<RunState> last_run;
+    uint64_t last_used = 0;
+  };
+  absl::StatusOr<std::unique_ptr<Instance>> MakeInstance();
+  // The buffers of call step `s` on device `d` for `values`.
+  absl::StatusOr<std::vector<BufferArg>> StepBuffers(const std::vector<ArrayRef>& values, const Instance& inst,
+                                                     size_t s, int d) const;
+  absl::Status RecordStep(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst, size_t s,
+                          int d) const;
+  bool StepIsStatic(size_t s) const;
+
+  std::shared_ptr<const Program> program_;
+  ClientId client_;
+  int max_instances_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_EXECUTABLE_H_

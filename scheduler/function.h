@@ -1,0 +1,76 @@
+// Compiled functions: one kernel, or a fused sequence of kernels, over
+// static shapes, run SPMD on every accelerator of a mesh.
+#ifndef CAUSEWAY_SCHEDULER_FUNCTION_H_
+#define CAUSEWAY_SCHEDULER_FUNCTION_H_
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/command_list.h"
+#include "runtime/kernel.h"
+#include "scheduler/dtype.h"
+
+namespace causeway {
+
+// The shape and type of one argument as each device sees it (a shard).
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::kF32;
+  uint64_t bytes() const { return static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype); }
+  bool operator==(const TensorSpec& o) const { return shape == o.shape && dtype == o.dtype; }
+  std::string ToString() const;  // "f32[4, 8]"
+};
+
+// One kernel launch of a function. `args` index the function's buffers:
+// inputs first, then outputs, then scratch.
+struct KernelStep {
+  std::shared_ptr<const Kernel> kernel;
+  std::vector<int> args;
+  std::vector<uint8_t> push_constants;
+  std::array<uint32_t, 3> groups{1, 1, 1};
+  SpecValues spec;
+};
+
+// Immutable once built; shared by every program that calls it.
+//
+// Example:
+//   auto add = Function::Elementwise("add", {1024});   // out = a + b
+//   auto mm = Function::Matmul(64, 64, 64);            // out = a * b
+class Function {
+ public:
+  // Checks the steps against the specs (argument counts, sizes) and kernels.
+  static absl::StatusOr<std::shared_ptr<const Function>> Create(std::string name, std::vector<TensorSpec> inputs,
+                                                                std::vector<TensorSpec> outputs,
+                                                                std::vector<TensorSpec> scratch,
+                                                                std::vector<KernelStep> steps);
+
+  // Built-in functions over f32 shards.
+  static absl::StatusOr<std::shared_ptr<const Function>> Elementwise(const std::string& op, const Shape& shape);
+  static absl::StatusOr<std::shared_ptr<const Function>> Scale(const Shape& shape, float alpha);
+  static absl::StatusOr<std::shared_ptr<const Function>> Matmul(uint32_t m, uint32_t n, uint32_t k);
+  // `count` times "x = x + b" fused into one function (inputs x, b; output y).
+  static absl::StatusOr<std::shared_ptr<const Function>> RepeatedAdd(const Shape& shape, int count);
+
+  const std::string& name() const { return name_; }
+  const std::vector<TensorSpec>& inputs() const { return inputs_; }
+  const std::vector<TensorSpec>& outputs() const { return outputs_; }
+  const std::vector<TensorSpec>& scratch() const { return scratch_; }
+  const std::vector<KernelStep>& steps() const { return steps_; }
+
+  // Appends the function's kernels to `list` with these buffers (inputs,
+  // outputs, scratch, in order).
+  absl::Status Record(CommandList& list, const std::vector<BufferArg>& buffers) const;
+
+ private:
+  Function() = default;
+  std::string name_;
+  std::vector<TensorSpec> inputs_, outputs_, scratch_;
+  std::vector<KernelStep> steps_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_FUNCTION_H_

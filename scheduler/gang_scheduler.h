@@ -1,0 +1,95 @@
+// The gang scheduler of one island: every step of every run (a gang call:
+// an SPMD function call or a transfer on all devices of a mesh) gets one place
+// in one order, across all clients, and is submitted to every device of its
+// mesh in that order. Since every accelerator sees the gang calls in the same
+// order, waits between accelerators never form a cycle.
+//
+// Policies: FIFO (runs in arrival order, each run's steps together) or a
+// weighted proportional share between clients at the granularity of gang
+// calls (stride scheduling: the client with the least work done per unit of
+// weight goes next).
+//
+// Dispatch: a dispatcher thread drains the queues. When the scheduler is idle
+// the submitting thread dispatches its own run at once (no hand-off to the
+// dispatcher thread on the critical path); the gang order is unchanged since
+// one thread dispatches at a time. In sequential mode each gang call is
+// awaited before the next is dispatched. Thread-safe.
+#ifndef CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
+#define CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "scheduler/executable.h"
+
+namespace causeway {
+
+enum class SchedulingPolicy { kFifo, kWeighted };
+enum class DispatchMode { kAsync, kSequential };
+
+// One dispatched gang call, for checking orders.
+struct GangCall {
+  uint64_t sequence = 0;
+  ClientId client = 0;
+  std::string node;
+  // Per device of the mesh: the accelerator index and the timeline value its
+  // submission signals.
+  std::vector<std::pair<int, uint64_t>> submissions;
+};
+
+class GangScheduler {
+ public:
+  GangScheduler(SchedulingPolicy policy, DispatchMode mode);
+  ~GangScheduler();
+
+  void AddClient(ClientId client, double weight);
+  // Drops the client's queued runs (failing them with `why`).
+  void RemoveClient(ClientId client, const absl::Status& why);
+  // Queues a prepared run (the whole program as one message).
+  void Enqueue(std::shared_ptr<RunState> run);
+
+  // Recording of dispatched gang calls (off by default; for tests and tools).
+  void RecordOrder(bool on);
+  std::vector<GangCall> TakeOrder();
+  // Gang calls dispatched per client so far.
+  absl::flat_hash_map<ClientId, uint64_t> DispatchedCalls() const;
+  DispatchMode mode() const { return mode_; }
+
+ private:
+  struct ClientQueue {
+    double weight = 1;
+    double pass = 0;  // gang calls dispatched / weight
+    std::deque<std::shared_ptr<RunState>> runs;
+    uint64_t calls = 0;
+  };
+  // Picks the run whose next step goes next; null when nothing is queued.
+  std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dispatches step `s` of `run`; true when the run has no steps left.
+  bool DispatchNext(RunState& run, size_t s) ABSL_LOCKS_EXCLUDED(mu_);
+  // Dispatches gang calls in policy order until nothing is queued, or until
+  // `until` (if not null) is fully dispatched.
+  void Drain(const RunState* until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Loop();
+
+  const SchedulingPolicy policy_;
+  const DispatchMode mode_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ClientId, ClientQueue> clients_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<RunState>> fifo_ ABSL_GUARDED_BY(mu_);  // arrival order (FIFO policy)
+  bool dispatching_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool record_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<GangCall> order_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_

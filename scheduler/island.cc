@@ -1,0 +1,126 @@
+#include "scheduler/island.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace causeway {
+
+Island::Island(Runtime* runtime, IslandOptions options)
+    : runtime_(runtime),
+      options_(std::move(options)),
+      resources_(options_.name, runtime->accelerators()),
+      scheduler_(options_.policy, options_.dispatch) {}
+
+Island::~Island() = default;
+
+absl::StatusOr<std::unique_ptr<Island>> Island::Create(Runtime* runtime, IslandOptions options) {
+  if (runtime == nullptr || runtime->size() == 0) return absl::InvalidArgumentError("an island needs accelerators");
+  if (options.runs_in_flight < 1) return absl::InvalidArgumentError("runs_in_flight must be >= 1");
+  return std::unique_ptr<Island>(new Island(runtime, std::move(options)));
+}
+
+absl::StatusOr<std::shared_ptr<Client>> Island::Connect(std::string name, double weight) {
+  if (!(weight > 0)) return absl::InvalidArgumentError(absl::StrCat("client '", name, "': weight must be > 0"));
+  ClientId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_client_++;
+  }
+  scheduler_.AddClient(id, weight);
+  return std::shared_ptr<Client>(new Client(this, id, std::move(name), weight));
+}
+
+Client::Client(Island* island, ClientId id, std::string name, double weight)
+    : island_(island), id_(id), name_(std::move(name)), weight_(weight) {}
+
+Client::~Client() { Close(); }
+
+bool Client::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> Client::AllocateMesh(std::vector<int> dims, const std::string& island) {
+  if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
+  return island_->resources().Allocate(id_, std::move(dims), island);
+}
+
+absl::StatusOr<ArrayRef> Client::CreateArray(std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
+                                             Sharding sharding, std::string label) {
+  if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
+  if (mesh != nullptr && mesh->owner() != id_) {
+    return absl::PermissionDeniedError(absl::StrCat("client '", name_, "' does not hold ", mesh->DebugString()));
+  }
+  ASSIGN_OR_RETURN(ArrayRef a, Array::Create(std::move(mesh), std::move(shape), dtype, sharding, id_,
+                                             std::move(label)));
+  absl::MutexLock lock(&mu_);
+  arrays_.push_back(a);
+  return a;
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const Program> program) {
+  if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
+  if (program == nullptr) return absl::InvalidArgumentError("Load: no program");
+  for (const ProgramStep& s : program->steps()) {
+    if (s.mesh->owner() != id_) {
+      return absl::PermissionDeniedError(absl::StrCat("program '", program->name(), "' node '", s.node, "' runs on ",
+                                                      s.mesh->DebugString(), ", which client '", name_,
+                                                      "' does not hold"));
+    }
+    if (s.mesh->released()) {
+      return absl::FailedPreconditionError(absl::StrCat("program '", program->name(), "' node '", s.node,
+                                                        "': unknown mesh: ", s.mesh->DebugString(), " was released"));
+    }
+  }
+  auto exe = std::make_shared<Executable>(std::move(program), id_, island_->options().runs_in_flight);
+  absl::MutexLock lock(&mu_);
+  executables_.push_back(exe);
+  return exe;
+}
+
+absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& executable,
+                                    const std::vector<ArrayRef>& inputs) {
+  if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
+  if (executable == nullptr || executable->client() != id_) {
+    return absl::PermissionDeniedError(absl::StrCat("client '", name_, "' did not load that executable"));
+  }
+  Execution run;
+  ASSIGN_OR_RETURN(run.state, executable->Prepare(inputs, &run.outputs));
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& o : run.outputs) arrays_.push_back(o);
+  }
+  island_->scheduler().Enqueue(run.state);
+  return run;
+}
+
+uint64_t Client::bytes_held() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& w : arrays_) {
+    if (auto a = w.lock(); a != nullptr && !a->released()) total += a->bytes();
+  }
+  return total;
+}
+
+void Client::Close() {
+  std::vector<std::weak_ptr<Array>> arrays;
+  std::vector<std::weak_ptr<Executable>> executables;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    arrays.swap(arrays_);
+    executables.swap(executables_);
+  }
+  island_->scheduler().RemoveClient(id_, absl::CancelledError(absl::StrCat("client '", name_, "' closed")));
+  for (auto& w : executables) {
+    if (auto e = w.lock()) e->Release();
+  }
+  for (auto& w : arrays) {
+    if (auto a = w.lock()) a->Release();
+  }
+  island_->resources().ReleaseClient(id_);
+}
+
+}  // namespace causeway

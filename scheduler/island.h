@@ -1,0 +1,118 @@
+// An island: a set of accelerators with one resource manager and one gang
+// scheduler, and the clients that run programs on it.
+//
+// Example:
+//   ASSIGN_OR_RETURN(auto island, Island::Create(runtime.get(), {}));
+//   ASSIGN_OR_RETURN(auto client, island->Connect("trainer"));
+//   ASSIGN_OR_RETURN(auto mesh, client->AllocateMesh({4}));
+//   ... build a Program on `mesh` ...
+//   ASSIGN_OR_RETURN(auto exe, client->Load(program));
+//   ASSIGN_OR_RETURN(Execution run, client->Execute(exe, {x}));   // returns at once
+//   RETURN_IF_ERROR(run.Await());
+//   RETURN_IF_ERROR(run.outputs[0]->Download(host.data(), bytes));
+#ifndef CAUSEWAY_SCHEDULER_ISLAND_H_
+#define CAUSEWAY_SCHEDULER_ISLAND_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/runtime.h"
+#include "scheduler/array.h"
+#include "scheduler/executable.h"
+#include "scheduler/gang_scheduler.h"
+#include "scheduler/mesh.h"
+#include "scheduler/program.h"
+
+namespace causeway {
+
+struct IslandOptions {
+  std::string name = "local";
+  SchedulingPolicy policy = SchedulingPolicy::kFifo;
+  DispatchMode dispatch = DispatchMode::kAsync;
+  // Runs of one executable in flight at once (each holds its own
+  // intermediate buffers); a client going faster waits.
+  int runs_in_flight = 2;
+};
+
+class Client;
+
+// Thread-safe. Outlives its clients' use of it (clients hold no island
+// reference after it is destroyed: destroy clients first).
+class Island {
+ public:
+  static absl::StatusOr<std::unique_ptr<Island>> Create(Runtime* runtime, IslandOptions options = {});
+  ~Island();
+
+  // A new client with a weight for the proportional-share policy.
+  absl::StatusOr<std::shared_ptr<Client>> Connect(std::string name, double weight = 1.0);
+
+  const std::string& name() const { return options_.name; }
+  const IslandOptions& options() const { return options_; }
+  ResourceManager& resources() { return resources_; }
+  GangScheduler& scheduler() { return scheduler_; }
+  Runtime& runtime() { return *runtime_; }
+
+ private:
+  Island(Runtime* runtime, IslandOptions options);
+  Runtime* runtime_;
+  IslandOptions options_;
+  ResourceManager resources_;
+  GangScheduler scheduler_;
+  absl::Mutex mu_;
+  ClientId next_client_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// A run of a program: its outputs (allocated up front, written as the run
+// proceeds) and its completion.
+struct Execution {
+  std::vector<ArrayRef> outputs;
+  std::shared_ptr<RunState> state;
+  absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) const { return state->Await(deadline); }
+};
+
+// One tenant of an island. Everything it allocates carries its id (the
+// ownership label); Close (or destruction) gives all of it back without
+// disturbing other clients. Thread-safe.
+class Client {
+ public:
+  ~Client();
+  ClientId id() const { return id_; }
+  const std::string& name() const { return name_; }
+  double weight() const { return weight_; }
+
+  absl::StatusOr<std::shared_ptr<Mesh>> AllocateMesh(std::vector<int> dims, const std::string& island = "");
+  absl::StatusOr<ArrayRef> CreateArray(std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
+                                       Sharding sharding = Sharding::Replicated(), std::string label = "");
+  // Loads a program whose meshes all belong to this client.
+  absl::StatusOr<std::shared_ptr<Executable>> Load(std::shared_ptr<const Program> program);
+  // Prepares and queues a run; returns without waiting for the devices (it
+  // waits only when the executable already has its maximum of runs in flight).
+  absl::StatusOr<Execution> Execute(const std::shared_ptr<Executable>& executable, const std::vector<ArrayRef>& inputs);
+
+  // Device memory held by this client's live arrays and executables.
+  uint64_t bytes_held() const;
+  // Releases every mesh, array and executable of this client and drops its
+  // queued runs; idempotent.
+  void Close();
+  bool closed() const;
+
+ private:
+  friend class Island;
+  Client(Island* island, ClientId id, std::string name, double weight);
+  Island* island_;
+  ClientId id_;
+  std::string name_;
+  double weight_;
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::weak_ptr<Array>> arrays_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Executable>> executables_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_ISLAND_H_

@@ -1,0 +1,105 @@
+#include "scheduler/mesh.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace causeway {
+
+int Mesh::Coordinate(int i, int axis) const {
+  if (dims_.size() == 1) return i;
+  return axis == 0 ? i / dims_[1] : i % dims_[1];
+}
+
+std::string Mesh::DebugString() const {
+  std::vector<int> ids;
+  for (Accelerator* a : devices_) ids.push_back(a->index());
+  return absl::StrCat("mesh ", id_, " [", absl::StrJoin(dims_, "x"), "] on accelerators ", absl::StrJoin(ids, ","));
+}
+
+ResourceManager::ResourceManager(std::string island, std::vector<Accelerator*> accelerators)
+    : island_(std::move(island)), accelerators_(std::move(accelerators)) {
+  absl::MutexLock lock(&mu_);
+  load_.assign(accelerators_.size(), 0);
+}
+
+absl::StatusOr<std::shared_ptr<Mesh>> ResourceManager::Allocate(ClientId client, std::vector<int> dims,
+                                                                const std::string& island) {
+  if (!island.empty() && island != island_) {
+    return absl::NotFoundError(absl::StrCat("no island '", island, "' here (this is '", island_, "')"));
+  }
+  if (dims.empty() || dims.size() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("a mesh has 1 or 2 dimensions, got ", dims.size()));
+  }
+  int64_t size = 1;
+  for (int d : dims) {
+    if (d < 1) return absl::InvalidArgumentError(absl::StrCat("mesh dimension ", d, " must be >= 1"));
+    size *= d;
+  }
+  absl::MutexLock lock(&mu_);
+  if (size > static_cast<int64_t>(accelerators_.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("a mesh of ", size, " accelerators does not fit island '",
+                                                     island_, "' of ", accelerators_.size()));
+  }
+  // Least-loaded first, then by index, so meshes spread over the island.
+  std::vector<int> order(accelerators_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return load_[a] < load_[b]; });
+  std::vector<Accelerator*> devices;
+  std::vector<int> chosen(order.begin(), order.begin() + size);
+  std::sort(chosen.begin(), chosen.end());
+  for (int i : chosen) {
+    devices.push_back(accelerators_[i]);
+    load_[i]++;
+  }
+  auto mesh = std::make_shared<Mesh>(next_id_++, island_, std::move(dims), std::move(devices), client);
+  meshes_[mesh->id()] = mesh;
+  return mesh;
+}
+
+void ResourceManager::ReleaseLocked(Mesh& mesh) {
+  mesh.released_.store(true, std::memory_order_release);
+  for (Accelerator* a : mesh.devices()) {
+    for (size_t i = 0; i < accelerators_.size(); ++i) {
+      if (accelerators_[i] == a) load_[i]--;
+    }
+  }
+  meshes_.erase(mesh.id());
+}
+
+absl::Status ResourceManager::Release(const std::shared_ptr<Mesh>& mesh) {
+  absl::MutexLock lock(&mu_);
+  if (mesh == nullptr || !meshes_.contains(mesh->id())) {
+    return absl::NotFoundError("releasing a mesh that is not held");
+  }
+  ReleaseLocked(*mesh);
+  return absl::OkStatus();
+}
+
+int ResourceManager::ReleaseClient(ClientId client) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Mesh>> mine;
+  for (auto& [id, m] : meshes_) {
+    if (m->owner() == client) mine.push_back(m);
+  }
+  for (auto& m : mine) ReleaseLocked(*m);
+  return static_cast<int>(mine.size());
+}
+
+std::vector<int> ResourceManager::Load() const {
+  absl::MutexLock lock(&mu_);
+  return load_;
+}
+
+std::vector<std::shared_ptr<Mesh>> ResourceManager::MeshesOf(ClientId client) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Mesh>> out;
+  for (auto& [id, m] : meshes_) {
+    if (m->owner() == client) out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace causeway

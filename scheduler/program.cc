@@ -1,0 +1,243 @@
+#include "scheduler/program.h"
+
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+
+namespace causeway {
+
+int Program::FindValue(const std::string& name) const {
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string Program::DebugString() const {
+  std::string out = absl::StrCat("program '", name_, "'\n");
+  for (const ProgramStep& s : steps_) {
+    std::vector<std::string> in, outs;
+    for (int v : s.inputs) in.push_back(values_[v].name);
+    for (int v : s.outputs) outs.push_back(values_[v].name);
+    absl::StrAppend(&out, "  ", s.kind == ProgramStep::kCall ? "call " : "transfer ", s.node, " on ",
+                    s.mesh->DebugString(), ": (", absl::StrJoin(in, ", "), ") -> (", absl::StrJoin(outs, ", "), ")\n");
+  }
+  return out;
+}
+
+ProgramBuilder& ProgramBuilder::Parameter(std::string value, std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
+                                          Sharding sharding) {
+  params_.push_back({std::move(value), std::move(mesh), std::move(shape), dtype, sharding});
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Call(std::string node, std::shared_ptr<const Function> function,
+                                     std::shared_ptr<Mesh> mesh, std::vector<std::string> inputs,
+                                     std::vector<std::string> outputs, std::vector<Sharding> output_shardings) {
+  nodes_.push_back({std::move(node), std::move(function), std::move(mesh), std::move(inputs), std::move(outputs),
+                    std::move(output_shardings)});
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Output(std::string value) {
+  outputs_.push_back(std::move(value));
+  return *this;
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
+  auto program = std::shared_ptr<Program>(new Program());
+  Program& p = *program;
+  p.name_ = name_;
+  absl::flat_hash_map<std::string, int> value_ids;   // name -> value id
+  absl::flat_hash_map<std::string, int> producer;    // value name -> node index (-1: parameter)
+  auto check_mesh = [](const std::string& what, const std::shared_ptr<Mesh>& mesh) -> absl::Status {
+    if (mesh == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": unknown mesh (null)"));
+    if (mesh->released()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": unknown mesh: ", mesh->DebugString(),
+                                                        " was released"));
+    }
+    return absl::OkStatus();
+  };
+
+  for (const Param& par : params_) {
+    std::string what = absl::StrCat("parameter '", par.value, "'");
+    RETURN_IF_ERROR(check_mesh(what, par.mesh));
+    if (value_ids.contains(par.value)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " is defined twice"));
+    }
+    auto shard = ShardShape(par.shape, par.sharding, *par.mesh);
+    if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", shard.status().message()));
+    value_ids[par.value] = static_cast<int>(p.values_.size());
+    producer[par.value] = -1;
+    p.parameters_.push_back(static_cast<int>(p.values_.size()));
+    p.values_.push_back({par.value, ProgramValue::kParameter, par.mesh, par.shape, par.dtype, par.sharding});
+  }
+  absl::flat_hash_map<std::string, int> node_index;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    std::string what = absl::StrCat("node '", node.name, "'");
+    if (node.name.empty()) return absl::InvalidArgumentError(absl::StrCat("node ", n, " has no name"));
+    if (!node_index.emplace(node.name, static_cast<int>(n)).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " is defined twice"));
+    }
+    if (node.function == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": no function"));
+    RETURN_IF_ERROR(check_mesh(what, node.mesh));
+    const Function& f = *node.function;
+    if (node.inputs.size() != f.inputs().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' takes ", f.inputs().size(),
+                                                     " inputs, given ", node.inputs.size()));
+    }
+    if (node.outputs.size() != f.outputs().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' gives ", f.outputs().size(),
+                                                     " outputs, named ", node.outputs.size()));
+    }
+    for (const std::string& out : node.outputs) {
+      if (producer.contains(out)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": value '", out, "' is already produced by ",
+                                                       producer[out] < 0 ? "a parameter"
+                                                                         : "node '" + nodes_[producer[out]].name + "'"));
+      }
+      producer[out] = static_cast<int>(n);
+    }
+  }
+  // Every input must be produced; order the nodes so producers come first
+  // (Kahn's algorithm); what is left over is a cycle.
+  std::vector<int> pending(nodes_.size(), 0);
+  std::vector<std::vector<int>> consumers(nodes_.size());
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    for (const std::string& in : nodes_[n].inputs) {
+      auto it = producer.find(in);
+      if (it == producer.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("node '", nodes_[n].name, "' reads '", in,
+                                                       "', which no parameter or node produces"));
+      }
+      if (it->second >= 0) {
+        pending[n]++;
+        consumers[it->second].push_back(static_cast<int>(n));
+      }
+    }
+  }
+  std::deque<int> ready;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (pending[n] == 0) ready.push_back(static_cast<int>(n));
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    int n = ready.front();
+    ready.pop_front();
+    order.push_back(n);
+    for (int c : consumers[n]) {
+      if (--pending[c] == 0) ready.push_back(c);
+    }
+  }
+  if (order.size() != nodes_.size()) {
+    std::vector<std::string> cyclic;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (pending[n] > 0) cyclic.push_back("'" + nodes_[n].name + "'");
+    }
+    return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' has a cycle through nodes ",
+                                                   absl::StrJoin(cyclic, ", ")));
+  }
+
+  // Lower in that order: check shapes and types, insert transfers.
+  absl::flat_hash_map<std::pair<int, uint64_t>, int> transferred;  // (value, mesh id) -> value id
+  for (int n : order) {
+    const Node& node = nodes_[n];
+    const Function& f = *node.function;
+    std::string what = absl::StrCat("node '", node.name, "'");
+    ProgramStep call;
+    call.kind = ProgramStep::kCall;
+    call.node = node.name;
+    call.function = node.function;
+    call.mesh = node.mesh;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      int v = value_ids.at(node.inputs[i]);
+      const ProgramValue value = p.values_[v];
+      if (value.dtype != f.inputs()[i].dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": input ", i, " '", value.name, "' is ",
+                                                       DTypeName(value.dtype), " but function '", f.name(),
+                                                       "' expects ", DTypeName(f.inputs()[i].dtype)));
+      }
+      if (value.mesh != node.mesh) {
+        if (value.mesh->dims() != node.mesh->dims()) {
+          return absl::UnimplementedError(absl::StrCat(
+              what, ": input '", value.name, "' lives on ", value.mesh->DebugString(), " and the node runs on ",
+              node.mesh->DebugString(), "; moving arrays between meshes of different shapes (resharding) is not "
+              "supported yet"));
+        }
+        if (value.mesh->island() != node.mesh->island()) {
+          return absl::UnimplementedError(absl::StrCat(what, ": input '", value.name, "' is on island '",
+                                                       value.mesh->island(), "'; transfers between islands are "
+                                                       "not supported yet"));
+        }
+        auto key = std::make_pair(v, node.mesh->id());
+        auto it = transferred.find(key);
+        if (it == transferred.end()) {
+          ProgramValue moved = value;
+          moved.name = absl::StrCat(value.name, "@mesh", node.mesh->id());
+          moved.kind = ProgramValue::kIntermediate;
+          moved.mesh = node.mesh;
+          int id = static_cast<int>(p.values_.size());
+          p.values_.push_back(moved);
+          p.steps_.push_back({ProgramStep::kTransfer, moved.name, nullptr, node.mesh, {v}, {id}});
+          it = transferred.emplace(key, id).first;
+        }
+        v = it->second;
+      }
+      auto shard = ShardShape(value.shape, value.sharding, *node.mesh);
+      if (!shard.ok() || *shard != f.inputs()[i].shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": input ", i, " '", value.name, "' ", ShapeString(value.shape), " ", value.sharding.ToString(),
+            " gives each device ", shard.ok() ? ShapeString(*shard) : std::string(shard.status().message()),
+            " but function '", f.name(), "' expects ", f.inputs()[i].ToString()));
+      }
+      call.inputs.push_back(v);
+    }
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      const TensorSpec& spec = f.outputs()[o];
+      Sharding sharding = Sharding::Replicated();
+      if (o < node.output_shardings.size()) {
+        sharding = node.output_shardings[o];
+      } else {
+        for (int v : call.inputs) {
+          auto shard = ShardShape(p.values_[v].shape, p.values_[v].sharding, *node.mesh);
+          if (shard.ok() && *shard == spec.shape) {
+            sharding = p.values_[v].sharding;
+            break;
+          }
+        }
+      }
+      Shape global = GlobalShape(spec.shape, sharding, *node.mesh);
+      auto check = ShardShape(global, sharding, *node.mesh);
+      if (!check.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": output '", node.outputs[o], "': ",
+                                                       check.status().message()));
+      }
+      int id = static_cast<int>(p.values_.size());
+      value_ids[node.outputs[o]] = id;
+      p.values_.push_back({node.outputs[o], ProgramValue::kIntermediate, node.mesh, global, spec.dtype, sharding});
+      call.outputs.push_back(id);
+    }
+    p.steps_.push_back(std::move(call));
+  }
+  for (const std::string& out : outputs_) {
+    auto it = value_ids.find(out);
+    if (it == value_ids.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' outputs '", out,
+                                                     "', which no parameter or node produces"));
+    }
+    if (p.values_[it->second].kind == ProgramValue::kParameter) {
+      return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' outputs parameter '", out,
+                                                     "' unchanged; output a computed value"));
+    }
+    p.values_[it->second].kind = ProgramValue::kOutput;
+    p.outputs_.push_back(it->second);
+  }
+  if (p.outputs_.empty()) return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' has no outputs"));
+  return program;
+}
+
+}  // namespace causeway

@@ -1,0 +1,110 @@
+// Programs: DAGs of function calls on meshes whose edges are sharded arrays,
+// built with ProgramBuilder, validated and lowered once, run many times.
+#ifndef CAUSEWAY_SCHEDULER_PROGRAM_H_
+#define CAUSEWAY_SCHEDULER_PROGRAM_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/array.h"
+#include "scheduler/function.h"
+#include "scheduler/mesh.h"
+
+namespace causeway {
+
+// A value of a lowered program: one array per run.
+struct ProgramValue {
+  enum Kind { kParameter, kIntermediate, kOutput };
+  std::string name;
+  Kind kind = kIntermediate;
+  std::shared_ptr<Mesh> mesh;
+  Shape shape;
+  DType dtype = DType::kF32;
+  Sharding sharding;
+};
+
+// One gang call of a lowered program: a function call on every device of its
+// mesh, or a transfer (a value copied shard by shard to another mesh).
+struct ProgramStep {
+  enum Kind { kCall, kTransfer };
+  Kind kind = kCall;
+  std::string node;  // the builder's node name ("x@mesh2" for transfers)
+  std::shared_ptr<const Function> function;  // kCall
+  std::shared_ptr<Mesh> mesh;                // where it runs
+  std::vector<int> inputs;                   // value ids
+  std::vector<int> outputs;
+};
+
+// Immutable after Build.
+class Program {
+ public:
+  const std::string& name() const { return name_; }
+  const std::vector<ProgramValue>& values() const { return values_; }
+  const std::vector<ProgramStep>& steps() const { return steps_; }  // in dispatch order
+  const std::vector<int>& parameters() const { return parameters_; }
+  const std::vector<int>& outputs() const { return outputs_; }
+  int FindValue(const std::string& name) const;  // -1 if none
+  std::string DebugString() const;
+
+ private:
+  friend class ProgramBuilder;
+  std::string name_;
+  std::vector<ProgramValue> values_;
+  std::vector<ProgramStep> steps_;
+  std::vector<int> parameters_;
+  std::vector<int> outputs_;
+};
+
+// Builds a program by names. Build() validates (unknown or doubly produced
+// values, cycles, shapes, dtypes, meshes) with errors that name the node, and
+// lowers: a call whose input lives on another mesh gets a transfer step.
+//
+// Example:
+//   ProgramBuilder b("double-then-add");
+//   b.Parameter("x", mesh, {1024}, DType::kF32, Sharding::Split(0));
+//   b.Call("double", scale2, mesh, {"x"}, {"y"});
+//   b.Call("sum", add, mesh, {"x", "y"}, {"z"});
+//   b.Output("z");
+//   ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, b.Build());
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(std::string name) : name_(std::move(name)) {}
+
+  ProgramBuilder& Parameter(std::string value, std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
+                            Sharding sharding = Sharding::Replicated());
+  // Calls `function` on every device of `mesh`. Outputs take
+  // `output_shardings` if given, else the sharding of the first input whose
+  // shard shape matches, else replicated.
+  ProgramBuilder& Call(std::string node, std::shared_ptr<const Function> function, std::shared_ptr<Mesh> mesh,
+                       std::vector<std::string> inputs, std::vector<std::string> outputs,
+                       std::vector<Sharding> output_shardings = {});
+  ProgramBuilder& Output(std::string value);
+
+  absl::StatusOr<std::shared_ptr<const Program>> Build() const;
+
+ private:
+  struct Param {
+    std::string value;
+    std::shared_ptr<Mesh> mesh;
+    Shape shape;
+    DType dtype;
+    Sharding sharding;
+  };
+  struct Node {
+    std::string name;
+    std::shared_ptr<const Function> function;
+    std::shared_ptr<Mesh> mesh;
+    std::vector<std::string> inputs, outputs;
+    std::vector<Sharding> output_shardings;
+  };
+  std::string name_;
+  std::vector<Param> params_;
+  std::vector<Node> nodes_;
+  std::vector<std::string> outputs_;
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_PROGRAM_H_
