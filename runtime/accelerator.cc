@@ -496,7 +496,7 @@ void Accelerator::Retire() {
       }
     }
     if (slot.recording != nullptr) {
-      slot.list->CollectTimestamps(slot.recording, index_);
+      slot.list->CollectTimestamps(slot.recording, index_, slot.value);
       slot.list->ReleaseRecording(slot.recording);
     }
     if (status.ok()) {

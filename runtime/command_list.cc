@@ -411,7 +411,7 @@ absl::Status CommandList::Record(Recording* r) {
   return absl::OkStatus();
 }
 
-void CommandList::CollectTimestamps(Recording* r, int accelerator_index) {
+void CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value) {
   if (r->queries == VK_NULL_HANDLE) return;
   std::vector<uint64_t> ticks(2 * commands_.size());
   VkResult res = vkGetQueryPoolResults(accelerator_->device().handle(), r->queries, 0,
@@ -427,6 +427,8 @@ void CommandList::CollectTimestamps(Recording* r, int accelerator_index) {
     e.track = accelerator_index;
     e.begin_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i]) * period);
     e.end_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i + 1]) * period);
+    e.timeline_value = timeline_value;
+    e.list = label_;
     tracer.Add(std::move(e));
   }
 }

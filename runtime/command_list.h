@@ -114,7 +114,7 @@ class CommandList {
   void ReleaseRecording(Recording* r);
   absl::Status Record(Recording* r);
   // Device time of each command of a finished traced recording.
-  void CollectTimestamps(Recording* r, int accelerator_index);
+  void CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value);
 
   Accelerator* accelerator_;
   std::string label_;

@@ -25,6 +25,7 @@ struct TraceEvent {
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
   uint64_t timeline_value = 0;  // kDevice: the submission's timeline value
+  std::string list;             // kDevice: the command list's label
 };
 
 class Tracer {
@@ -52,7 +53,7 @@ class HostSpan {
       : name_(Tracer::Get().enabled() ? name : nullptr), begin_(name_ ? Tracer::NowNs() : 0) {}
   ~HostSpan() {
     if (name_ != nullptr) {
-      Tracer::Get().Add({TraceEvent::kHost, name_, Tracer::ThreadId(), begin_, Tracer::NowNs(), 0});
+      Tracer::Get().Add({TraceEvent::kHost, name_, Tracer::ThreadId(), begin_, Tracer::NowNs(), 0, {}});
     }
   }
   HostSpan(const HostSpan&) = delete;
