@@ -57,7 +57,10 @@ absl::StatusOr<Shape> ShardShape(const Shape& shape, const Sharding& sharding, c
 
 Shape GlobalShape(const Shape& shard_shape, const Sharding& sharding, const Mesh& mesh) {
   Shape out = shard_shape;
-  if (!sharding.replicated()) out[sharding.array_axis] *= mesh.dims()[sharding.mesh_axis];
+  if (!sharding.replicated() && sharding.array_axis < static_cast<int>(out.size()) && sharding.mesh_axis >= 0 &&
+      sharding.mesh_axis < static_cast<int>(mesh.dims().size())) {
+    out[sharding.array_axis] *= mesh.dims()[sharding.mesh_axis];
+  }
   return out;
 }
 
@@ -99,7 +102,7 @@ int Array::shard_count() const { return sharding_.replicated() ? 1 : mesh_->dims
 
 absl::StatusOr<std::shared_ptr<Buffer>> Array::shard(int device) const {
   absl::MutexLock lock(&mu_);
-  if (released_) {
+  if (released_ || mesh_->released()) {
     return absl::FailedPreconditionError(absl::StrCat("array '", label_, "' was released"));
   }
   return shards_[device];

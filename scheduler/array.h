@@ -51,7 +51,7 @@ class Array {
   ClientId owner() const { return owner_; }
   const std::string& label() const { return label_; }
   uint64_t shard_bytes() const { return shard_bytes_; }
-  uint64_t bytes() const { return shard_bytes_ * shards_.size(); }  // on all devices
+  uint64_t bytes() const { return shard_bytes_ * mesh_->size(); }  // on all devices
   // Which piece of the array device `i` of the mesh holds (0 when replicated).
   int ShardIndex(int device) const;
   int shard_count() const;  // distinct pieces

@@ -76,8 +76,8 @@ absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRe
   return step.function->Record(list, buffers);
 }
 
-absl::StatusOr<std::unique_ptr<Executable::Instance>> Executable::MakeInstance() {
-  auto inst = std::make_unique<Instance>();
+absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance() {
+  auto inst = std::make_shared<Instance>();
   const auto& values = program_->values();
   inst->values.resize(values.size());
   for (size_t v = 0; v < values.size(); ++v) {
@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Executable::Instance>> Executable::MakeInstance()
     if (pv.kind != ProgramValue::kIntermediate) continue;
     ASSIGN_OR_RETURN(inst->values[v], Array::Create(pv.mesh, pv.shape, pv.dtype, pv.sharding, client_,
                                                     absl::StrCat(program_->name(), ":", pv.name)));
+    inst->bytes += inst->values[v]->bytes();
   }
   const auto& steps = program_->steps();
   inst->lists.resize(steps.size());
@@ -99,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Executable::Instance>> Executable::MakeInstance()
       if (step.kind == ProgramStep::kCall) {
         for (const TensorSpec& t : step.function->scratch()) {
           ASSIGN_OR_RETURN(auto b, acc->CreateBuffer(std::max<uint64_t>(t.bytes(), 4)));
+          inst->bytes += b->reserved_size();
           inst->scratch[s][d].push_back(std::move(b));
         }
       }
@@ -141,25 +143,30 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
                                                         s.mesh->DebugString(), " was released"));
     }
   }
+  for (int v : params) {
+    const ProgramValue& p = program_->values()[v];
+    if (p.mesh->released()) {
+      return absl::FailedPreconditionError(absl::StrCat("program '", program_->name(), "' parameter '", p.name,
+                                                        "': ", p.mesh->DebugString(), " was released"));
+    }
+  }
 
   // Take an instance: a new one while there may be more, else the least
   // recently used, once its previous run has ended.
-  Instance* inst = nullptr;
-  int index = 0;
+  std::shared_ptr<Instance> inst;
   std::shared_ptr<RunState> previous;
   {
     absl::MutexLock lock(&mu_);
-    if (released_) return absl::FailedPreconditionError("the executable was released");
+    if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
     if (static_cast<int>(instances_.size()) < max_instances_) {
-      ASSIGN_OR_RETURN(auto made, MakeInstance());
-      instances_.push_back(std::move(made));
-      index = static_cast<int>(instances_.size()) - 1;
+      ASSIGN_OR_RETURN(inst, MakeInstance());
+      instances_.push_back(inst);
     } else {
-      for (size_t i = 1; i < instances_.size(); ++i) {
-        if (instances_[i]->last_used < instances_[index]->last_used) index = static_cast<int>(i);
+      inst = instances_[0];
+      for (const auto& i : instances_) {
+        if (i->last_used < inst->last_used) inst = i;
       }
     }
-    inst = instances_[index].get();
     previous = inst->last_run;
     inst->last_used = ++clock_;
   }
@@ -167,11 +174,15 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
     HostSpan span("run-backpressure");
     (void)previous->Await();  // its errors are its own run's
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (released_) return absl::FailedPreconditionError("the executable was released (its client closed) while the run waited");
+  }
 
   auto run = std::make_shared<RunState>();
   run->executable_ = shared_from_this();
   run->client_ = client_;
-  run->instance_ = index;
+  run->instance_ = inst;
   run->values_ = inst->values;
   for (size_t i = 0; i < params.size(); ++i) run->values_[params[i]] = inputs[i];
   outputs->clear();
@@ -192,12 +203,11 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
 
 absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t s) {
   const ProgramStep& step = program_->steps()[s];
-  Instance* inst;
   {
     absl::MutexLock lock(&mu_);
-    if (released_) return absl::FailedPreconditionError("the executable was released");
-    inst = instances_[run.instance_].get();
+    if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
   }
+  Instance* inst = run.instance_.get();
   std::vector<Future<>> futures;
   for (int d = 0; d < step.mesh->size(); ++d) {
     Accelerator* acc = step.mesh->device(d);
@@ -219,18 +229,28 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   return futures;
 }
 
-void Executable::FinishDispatch(RunState& run, absl::Status status) {
+void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first_undone) {
   if (!status.ok()) {
     // Values that will never be written must not leave readers waiting.
-    for (size_t s = run.next_step_; s < program_->steps().size(); ++s) {
+    for (size_t s = first_undone; s < program_->steps().size(); ++s) {
       const ProgramStep& step = program_->steps()[s];
       std::vector<Future<>> failed(step.mesh->size(), Future<>::Ready(status));
       for (int v : step.outputs) run.values_[v]->EndWrite(failed);
     }
   }
+  // The instance keeps this run as its last one; the run no longer needs the
+  // instance (in-flight work holds its command lists), so break the cycle.
+  run.instance_.reset();
   absl::MutexLock lock(&run.mu_);
   run.dispatched_ = true;
   run.dispatch_error_ = status;
+}
+
+uint64_t Executable::bytes_held() {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& inst : instances_) total += inst->bytes;
+  return total;
 }
 
 void Executable::Release() {

@@ -23,6 +23,19 @@
 namespace causeway {
 
 class Executable;
+class RunState;
+
+// One set of a program's intermediate buffers, scratch and recorded command
+// lists. Shared by the executable and the runs using it, so releasing the
+// executable never pulls it from under a run.
+struct ExecutableInstance {
+  std::vector<ArrayRef> values;  // intermediates (null for parameters/outputs)
+  std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [step][device], null when per run
+  std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;  // [step][device][i]
+  std::shared_ptr<RunState> last_run;  // guarded by the executable's lock
+  uint64_t last_used = 0;              // guarded by the executable's lock
+  uint64_t bytes = 0;                  // device memory held
+};
 
 // The state of one run, shared by the client (who awaits it) and the
 // scheduler (who dispatches its steps in order). Thread-safe.
@@ -42,7 +55,7 @@ class RunState {
   friend class GangScheduler;
   std::shared_ptr<Executable> executable_;
   ClientId client_ = 0;
-  int instance_ = 0;
+  std::shared_ptr<ExecutableInstance> instance_;
   std::vector<ArrayRef> values_;  // per program value
   size_t next_step_ = 0;          // guarded by the scheduler's lock
 
@@ -69,20 +82,17 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Submits step `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one step at a time, in the gang order.
   absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s);
-  // Marks `run` fully dispatched (or failed at step `failed_at`).
-  void FinishDispatch(RunState& run, absl::Status status);
+  // Marks `run` fully dispatched, or failed with steps from `first_undone`
+  // on never dispatched (their outputs then carry the error). Once per run.
+  void FinishDispatch(RunState& run, absl::Status status, size_t first_undone);
+  // Device memory held by the instances.
+  uint64_t bytes_held();
   // Frees the instances' buffers (the client went away).
   void Release();
 
  private:
-  struct Instance {
-    std::vector<ArrayRef> values;  // intermediates (null for parameters/outputs)
-    std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [step][device], null when per run
-    std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;  // [step][device][i]
-    std::shared_ptr<RunState> last_run;
-    uint64_t last_used = 0;
-  };
-  absl::StatusOr<std::unique_ptr<Instance>> MakeInstance();
+  using Instance = ExecutableInstance;
+  absl::StatusOr<std::shared_ptr<Instance>> MakeInstance();
   // The buffers of call step `s` on device `d` for `values`.
   absl::StatusOr<std::vector<BufferArg>> StepBuffers(const std::vector<ArrayRef>& values, const Instance& inst,
                                                      size_t s, int d) const;
@@ -94,7 +104,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   ClientId client_;
   int max_instances_;
   absl::Mutex mu_;
-  std::vector<std::unique_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -8,7 +8,8 @@
 
 namespace causeway {
 
-GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode) : policy_(policy), mode_(mode) {
+GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead)
+    : policy_(policy), mode_(mode), dispatch_ahead_(std::max(1, dispatch_ahead)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -21,7 +22,8 @@ GangScheduler::~GangScheduler() {
   absl::MutexLock lock(&mu_);
   for (auto& [id, q] : clients_) {
     for (auto& run : q.runs) {
-      run->executable()->FinishDispatch(*run, absl::CancelledError("the island's scheduler shut down"));
+      run->executable()->FinishDispatch(*run, absl::CancelledError("the island's scheduler shut down"),
+                                        run->next_step_);
     }
   }
 }
@@ -43,6 +45,7 @@ void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
   std::deque<std::shared_ptr<RunState>> dropped;
   {
     absl::MutexLock lock(&mu_);
+    removed_.insert(client);
     auto it = clients_.find(client);
     if (it == clients_.end()) return;
     // A run already partly dispatched stays: its steps must finish in order.
@@ -64,27 +67,32 @@ void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
     fifo_ = fifo;
     if (it->second.runs.empty()) clients_.erase(it);
   }
-  for (auto& run : dropped) run->executable()->FinishDispatch(*run, why);
+  for (auto& run : dropped) run->executable()->FinishDispatch(*run, why, 0);
 }
 
 void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
-  absl::MutexLock lock(&mu_);
-  ClientQueue& q = clients_[run->client()];
-  if (q.runs.empty()) {
-    // A client coming back from idle starts level with the active ones: it
-    // cannot bank share while it had nothing to run.
-    double min_pass = -1;
-    for (auto& [id, other] : clients_) {
-      if (!other.runs.empty() && (min_pass < 0 || other.pass < min_pass)) min_pass = other.pass;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!removed_.contains(run->client())) {
+      ClientQueue& q = clients_[run->client()];
+      if (q.runs.empty()) {
+        // A client coming back from idle starts level with the active ones:
+        // it cannot bank share while it had nothing to run.
+        double min_pass = -1;
+        for (auto& [id, other] : clients_) {
+          if (!other.runs.empty() && (min_pass < 0 || other.pass < min_pass)) min_pass = other.pass;
+        }
+        if (min_pass > q.pass) q.pass = min_pass;
+      }
+      q.runs.push_back(run);
+      fifo_.push_back(run);
+      // Idle: dispatch this run here, on the caller's thread; anything queued
+      // meanwhile is left to the dispatcher thread.
+      if (!dispatching_) Drain(run.get());
+      return;
     }
-    if (min_pass > q.pass) q.pass = min_pass;
   }
-  q.runs.push_back(run);
-  fifo_.push_back(run);
-  if (dispatching_) return;  // the dispatcher will take it
-  // Idle: dispatch this run here, on the caller's thread; anything queued
-  // meanwhile is left to the dispatcher thread.
-  Drain(run.get());
+  run->executable()->FinishDispatch(*run, absl::CancelledError("the client closed before its run was queued"), 0);
 }
 
 std::shared_ptr<RunState> GangScheduler::PickLocked() {
@@ -106,54 +114,66 @@ void GangScheduler::Drain(const RunState* until) {
     q.pass += 1.0 / q.weight;
     q.calls++;
     uint64_t sequence = ++sequence_;
-    size_t step = run->next_step_;
+    // Claim the step before unlocking: RemoveClient leaves a run alone once
+    // any of its steps is taken.
+    size_t step = run->next_step_++;
     mu_.Unlock();
-    bool done = DispatchNext(*run, step);
+    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step);
+    bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
-    run->next_step_ = step + 1;
-    if (record_ && step < run->step_count()) {
+    if (record_ && futures.ok()) {
+      const ProgramStep& ps = run->executable()->program().steps()[step];
       GangCall call;
       call.sequence = sequence;
       call.client = run->client();
-      call.node = run->executable()->program().steps()[step].node;
-      std::vector<Future<>> futures = run->futures();
-      const ProgramStep& ps = run->executable()->program().steps()[step];
-      size_t first = futures.size() >= static_cast<size_t>(ps.mesh->size()) ? futures.size() - ps.mesh->size() : 0;
-      for (int d = 0; d < ps.mesh->size() && first + d < futures.size(); ++d) {
-        call.submissions.emplace_back(ps.mesh->device(d)->index(), futures[first + d].timeline_value());
+      call.node = ps.node;
+      for (int d = 0; d < ps.mesh->size(); ++d) {
+        call.submissions.emplace_back(ps.mesh->device(d)->index(), (*futures)[d].timeline_value());
       }
       order_.push_back(std::move(call));
     }
     if (done) {
-      auto& runs = clients_[run->client()].runs;
-      runs.erase(std::find(runs.begin(), runs.end(), run));
-      fifo_.erase(std::find(fifo_.begin(), fifo_.end(), run));
+      if (auto c = clients_.find(run->client()); c != clients_.end()) {
+        auto& runs = c->second.runs;
+        if (auto it = std::find(runs.begin(), runs.end(), run); it != runs.end()) runs.erase(it);
+        if (runs.empty() && removed_.contains(run->client())) clients_.erase(c);
+      }
+      if (auto it = std::find(fifo_.begin(), fifo_.end(), run); it != fifo_.end()) fifo_.erase(it);
       if (run.get() == until) break;
     }
   }
   dispatching_ = false;
 }
 
-bool GangScheduler::DispatchNext(RunState& run, size_t s) {
+absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
+  const ProgramStep& ps = exe.program().steps()[s];
+  // Keep at most dispatch_ahead_ gang calls in flight per accelerator: the
+  // backlog stays in the queues, where the policy orders it.
+  for (Accelerator* acc : ps.mesh->devices()) {
+    std::deque<Future<>>& ahead = in_flight_[acc];
+    while (static_cast<int>(ahead.size()) >= dispatch_ahead_) {
+      (void)ahead.front().AwaitStatus();
+      ahead.pop_front();
+    }
+  }
   auto futures = exe.DispatchStep(run, s);
   if (!futures.ok()) {
-    exe.FinishDispatch(run, absl::Status(futures.status().code(),
-                                         absl::StrCat("node '", exe.program().steps()[s].node,
-                                                      "': ", futures.status().message())));
-    return true;
+    absl::Status error(futures.status().code(), absl::StrCat("node '", ps.node, "': ", futures.status().message()));
+    exe.FinishDispatch(run, error, s);
+    return error;
   }
   {
     absl::MutexLock lock(&run.mu_);
     run.futures_.insert(run.futures_.end(), futures->begin(), futures->end());
   }
+  for (int d = 0; d < ps.mesh->size(); ++d) in_flight_[ps.mesh->device(d)].push_back((*futures)[d]);
   if (mode_ == DispatchMode::kSequential) {
     for (auto& f : *futures) (void)f.AwaitStatus();
   }
-  if (s + 1 < run.step_count()) return false;
-  exe.FinishDispatch(run, absl::OkStatus());
-  return true;
+  if (s + 1 >= run.step_count()) exe.FinishDispatch(run, absl::OkStatus(), s + 1);
+  return futures;
 }
 
 void GangScheduler::Loop() {
@@ -183,7 +203,9 @@ std::vector<GangCall> GangScheduler::TakeOrder() {
 absl::flat_hash_map<ClientId, uint64_t> GangScheduler::DispatchedCalls() const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_map<ClientId, uint64_t> out;
-  for (auto& [id, q] : clients_) out[id] = q.calls;
+  for (auto& [id, q] : clients_) {
+    if (!removed_.contains(id)) out[id] = q.calls;
+  }
   return out;
 }
 

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/executable.h"
 
@@ -45,7 +46,9 @@ struct GangCall {
 
 class GangScheduler {
  public:
-  GangScheduler(SchedulingPolicy policy, DispatchMode mode);
+  // At most `dispatch_ahead` gang calls are in flight on any accelerator;
+  // further ones wait in the queues, where the policy orders them.
+  GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead);
   ~GangScheduler();
 
   void AddClient(ClientId client, double weight);
@@ -57,7 +60,7 @@ class GangScheduler {
   // Recording of dispatched gang calls (off by default; for tests and tools).
   void RecordOrder(bool on);
   std::vector<GangCall> TakeOrder();
-  // Gang calls dispatched per client so far.
+  // Gang calls dispatched so far per client still connected.
   absl::flat_hash_map<ClientId, uint64_t> DispatchedCalls() const;
   DispatchMode mode() const { return mode_; }
 
@@ -70,8 +73,9 @@ class GangScheduler {
   };
   // Picks the run whose next step goes next; null when nothing is queued.
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Dispatches step `s` of `run`; true when the run has no steps left.
-  bool DispatchNext(RunState& run, size_t s) ABSL_LOCKS_EXCLUDED(mu_);
+  // Dispatches step `s` of `run` (waiting for room on its accelerators);
+  // its futures, one per device of the mesh.
+  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s) ABSL_LOCKS_EXCLUDED(mu_);
   // Dispatches gang calls in policy order until nothing is queued, or until
   // `until` (if not null) is fully dispatched.
   void Drain(const RunState* until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -79,8 +83,15 @@ class GangScheduler {
 
   const SchedulingPolicy policy_;
   const DispatchMode mode_;
+  const int dispatch_ahead_;
+  // Gang calls in flight per accelerator; touched only by the thread that
+  // holds the dispatching role (dispatching_).
+  absl::flat_hash_map<const Accelerator*, std::deque<Future<>>> in_flight_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ClientId, ClientQueue> clients_ ABSL_GUARDED_BY(mu_);
+  // Clients gone away: their late runs are refused, their entry dropped once
+  // their last partly dispatched run is done.
+  absl::flat_hash_set<ClientId> removed_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<RunState>> fifo_ ABSL_GUARDED_BY(mu_);  // arrival order (FIFO policy)
   bool dispatching_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

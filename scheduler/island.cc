@@ -9,13 +9,14 @@ Island::Island(Runtime* runtime, IslandOptions options)
     : runtime_(runtime),
       options_(std::move(options)),
       resources_(options_.name, runtime->accelerators()),
-      scheduler_(options_.policy, options_.dispatch) {}
+      scheduler_(options_.policy, options_.dispatch, options_.dispatch_ahead) {}
 
 Island::~Island() = default;
 
 absl::StatusOr<std::unique_ptr<Island>> Island::Create(Runtime* runtime, IslandOptions options) {
   if (runtime == nullptr || runtime->size() == 0) return absl::InvalidArgumentError("an island needs accelerators");
   if (options.runs_in_flight < 1) return absl::InvalidArgumentError("runs_in_flight must be >= 1");
+  if (options.dispatch_ahead < 1) return absl::InvalidArgumentError("dispatch_ahead must be >= 1");
   return std::unique_ptr<Island>(new Island(runtime, std::move(options)));
 }
 
@@ -72,6 +73,19 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const P
                                                         "': unknown mesh: ", s.mesh->DebugString(), " was released"));
     }
   }
+  for (int v : program->parameters()) {
+    const ProgramValue& p = program->values()[v];
+    if (p.mesh->owner() != id_) {
+      return absl::PermissionDeniedError(absl::StrCat("program '", program->name(), "' parameter '", p.name,
+                                                      "' lives on ", p.mesh->DebugString(), ", which client '",
+                                                      name_, "' does not hold"));
+    }
+    if (p.mesh->released()) {
+      return absl::FailedPreconditionError(absl::StrCat("program '", program->name(), "' parameter '", p.name,
+                                                        "': unknown mesh: ", p.mesh->DebugString(),
+                                                        " was released"));
+    }
+  }
   auto exe = std::make_shared<Executable>(std::move(program), id_, island_->options().runs_in_flight);
   absl::MutexLock lock(&mu_);
   executables_.push_back(exe);
@@ -99,6 +113,9 @@ uint64_t Client::bytes_held() const {
   uint64_t total = 0;
   for (const auto& w : arrays_) {
     if (auto a = w.lock(); a != nullptr && !a->released()) total += a->bytes();
+  }
+  for (const auto& w : executables_) {
+    if (auto e = w.lock()) total += e->bytes_held();
   }
   return total;
 }

@@ -36,6 +36,10 @@ struct IslandOptions {
   // Runs of one executable in flight at once (each holds its own
   // intermediate buffers); a client going faster waits.
   int runs_in_flight = 2;
+  // Gang calls dispatched ahead of the device per accelerator. Enough to keep
+  // every device fed; small enough that competing clients queue in the
+  // scheduler, where the policy (not arrival order) decides.
+  int dispatch_ahead = 4;
 };
 
 class Client;

@@ -210,6 +210,15 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
           }
         }
       }
+      if (!sharding.replicated() &&
+          (sharding.array_axis >= static_cast<int>(spec.shape.size()) || sharding.mesh_axis < 0 ||
+           sharding.mesh_axis >= static_cast<int>(node.mesh->dims().size()))) {
+        bool no_array_axis = sharding.array_axis >= static_cast<int>(spec.shape.size());
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": output '", node.outputs[o], "' cannot be ", sharding.ToString(), ": ",
+            no_array_axis ? spec.ToString() : node.mesh->DebugString(), " has no axis ",
+            no_array_axis ? sharding.array_axis : sharding.mesh_axis));
+      }
       Shape global = GlobalShape(spec.shape, sharding, *node.mesh);
       auto check = ShardShape(global, sharding, *node.mesh);
       if (!check.ok()) {
@@ -228,6 +237,9 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     if (it == value_ids.end()) {
       return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' outputs '", out,
                                                      "', which no parameter or node produces"));
+    }
+    if (p.values_[it->second].kind == ProgramValue::kOutput) {
+      return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' lists output '", out, "' twice"));
     }
     if (p.values_[it->second].kind == ProgramValue::kParameter) {
       return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' outputs parameter '", out,
