@@ -117,8 +117,14 @@ void GangScheduler::Drain(const RunState* until) {
     // Claim the step before unlocking: RemoveClient leaves a run alone once
     // any of its steps is taken.
     size_t step = run->next_step_++;
+    // Holding back only matters when the policy has a choice to make: other
+    // clients with queued work under the weighted policy.
+    bool contended = false;
+    if (policy_ == SchedulingPolicy::kWeighted) {
+      for (auto& [id, other] : clients_) contended |= id != run->client() && !other.runs.empty();
+    }
     mu_.Unlock();
-    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step);
+    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, contended);
     bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
     if (record_ && futures.ok()) {
@@ -145,15 +151,16 @@ void GangScheduler::Drain(const RunState* until) {
   dispatching_ = false;
 }
 
-absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s) {
+absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, bool contended) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
   const ProgramStep& ps = exe.program().steps()[s];
-  // Keep at most dispatch_ahead_ gang calls in flight per accelerator: the
-  // backlog stays in the queues, where the policy orders it.
+  // Under contention keep at most dispatch_ahead_ gang calls in flight per
+  // accelerator: the backlog stays in the queues, where the policy orders it.
   for (Accelerator* acc : ps.mesh->devices()) {
     std::deque<Future<>>& ahead = in_flight_[acc];
-    while (static_cast<int>(ahead.size()) >= dispatch_ahead_) {
+    while (!ahead.empty() && ahead.front().IsReady()) ahead.pop_front();
+    while (contended && static_cast<int>(ahead.size()) >= dispatch_ahead_) {
       (void)ahead.front().AwaitStatus();
       ahead.pop_front();
     }
@@ -168,7 +175,14 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     absl::MutexLock lock(&run.mu_);
     run.futures_.insert(run.futures_.end(), futures->begin(), futures->end());
   }
-  for (int d = 0; d < ps.mesh->size(); ++d) in_flight_[ps.mesh->device(d)].push_back((*futures)[d]);
+  if (policy_ == SchedulingPolicy::kWeighted) {
+    for (int d = 0; d < ps.mesh->size(); ++d) {
+      std::deque<Future<>>& ahead = in_flight_[ps.mesh->device(d)];
+      ahead.push_back((*futures)[d]);
+      // Unthrottled stretches must not grow this without bound.
+      while (static_cast<int>(ahead.size()) > 4 * dispatch_ahead_) ahead.pop_front();
+    }
+  }
   if (mode_ == DispatchMode::kSequential) {
     for (auto& f : *futures) (void)f.AwaitStatus();
   }

@@ -46,8 +46,10 @@ struct GangCall {
 
 class GangScheduler {
  public:
-  // At most `dispatch_ahead` gang calls are in flight on any accelerator;
-  // further ones wait in the queues, where the policy orders them.
+  // Under the weighted policy, while other clients have queued work, at most
+  // `dispatch_ahead` gang calls are in flight on any accelerator; further ones
+  // wait in the queues, where the policy orders them. A lone client, or FIFO,
+  // is never held back.
   GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead);
   ~GangScheduler();
 
@@ -75,7 +77,8 @@ class GangScheduler {
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dispatches step `s` of `run` (waiting for room on its accelerators);
   // its futures, one per device of the mesh.
-  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, bool contended)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Dispatches gang calls in policy order until nothing is queued, or until
   // `until` (if not null) is fully dispatched.
   void Drain(const RunState* until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

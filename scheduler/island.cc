@@ -1,5 +1,7 @@
 #include "scheduler/island.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 
@@ -55,7 +57,7 @@ absl::StatusOr<ArrayRef> Client::CreateArray(std::shared_ptr<Mesh> mesh, Shape s
   ASSIGN_OR_RETURN(ArrayRef a, Array::Create(std::move(mesh), std::move(shape), dtype, sharding, id_,
                                              std::move(label)));
   absl::MutexLock lock(&mu_);
-  arrays_.push_back(a);
+  TrackLocked(a);
   return a;
 }
 
@@ -102,10 +104,21 @@ absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& exe
   ASSIGN_OR_RETURN(run.state, executable->Prepare(inputs, &run.outputs));
   {
     absl::MutexLock lock(&mu_);
-    for (auto& o : run.outputs) arrays_.push_back(o);
+    for (auto& o : run.outputs) TrackLocked(o);
   }
   island_->scheduler().Enqueue(run.state);
   return run;
+}
+
+void Client::TrackLocked(const ArrayRef& array) {
+  // Forget arrays already gone, now and then, so the list stays as long as
+  // the live arrays (amortized O(1) per array).
+  if (arrays_.size() >= 2 * tracked_after_prune_ + 16) {
+    arrays_.erase(std::remove_if(arrays_.begin(), arrays_.end(), [](const auto& w) { return w.expired(); }),
+                  arrays_.end());
+    tracked_after_prune_ = arrays_.size();
+  }
+  arrays_.push_back(array);
 }
 
 uint64_t Client::bytes_held() const {

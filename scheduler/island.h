@@ -36,9 +36,10 @@ struct IslandOptions {
   // Runs of one executable in flight at once (each holds its own
   // intermediate buffers); a client going faster waits.
   int runs_in_flight = 2;
-  // Gang calls dispatched ahead of the device per accelerator. Enough to keep
-  // every device fed; small enough that competing clients queue in the
-  // scheduler, where the policy (not arrival order) decides.
+  // Weighted policy, under contention: gang calls dispatched ahead of the
+  // device per accelerator. Enough to keep every device fed; small enough that
+  // competing clients queue in the scheduler, where the policy (not arrival
+  // order) decides.
   int dispatch_ahead = 4;
 };
 
@@ -113,7 +114,9 @@ class Client {
   double weight_;
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  void TrackLocked(const ArrayRef& array) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::weak_ptr<Array>> arrays_ ABSL_GUARDED_BY(mu_);
+  size_t tracked_after_prune_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::weak_ptr<Executable>> executables_ ABSL_GUARDED_BY(mu_);
 };
 

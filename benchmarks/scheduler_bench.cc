@@ -1,0 +1,564 @@
+// The scheduler's dispatch paths with tiny kernels, so that what is measured
+// is the cost of getting work onto the accelerators, not the work itself.
+//
+//   dispatch:  Pathways' dispatch microbenchmark (paper section 5.1, Figure 5).
+//              A computation is a cross-accelerator reduction of a scalar
+//              plus a scalar add; each computation's output is the next one's
+//              input. Without collectives the reduction is a chain of partial
+//              sums over n 1-wide meshes (one per accelerator): on mesh i,
+//              s_i = s_{i-1} + c_i, the partial sum moving to mesh i+1 by a
+//              transfer; then y = s_{n-1} + b on the last mesh, and the next
+//              computation's first add (on mesh 0) reads y by a transfer. A
+//              computation is thus n + 1 adds and n transfers (none for n = 1);
+//              the scalar is 4 floats.
+//                OpByOp:  one program per computation, each run awaited
+//                         before the next starts (the client in the loop).
+//                Chained: one program of 128 chained computations, one run.
+//                Fused:   one program of one gang call whose function holds
+//                         the 128 computations' kernels in order (all
+//                         128 x (n + 1) adds, as KernelSteps of one Function)
+//                         on the last accelerator: what a compiler fusing the
+//                         whole loop into one program would leave. The kernels
+//                         equal Chained's; there is no per-computation
+//                         scheduling, no transfer and no wait between
+//                         accelerators. It is the bound Chained approaches.
+//   pipeline:  S stages (1..8), each on its own accelerator, each scaling 64
+//              floats by 2, with a transfer between stages, on an island that
+//              dispatches asynchronously and on one that awaits every gang call
+//              before dispatching the next (DispatchMode::kSequential), both on
+//              the same accelerators, with runs_in_flight = 8. Latency: one run
+//              at a time (Execute, then Await). Streamed: runs submitted back
+//              to back, awaited at the end (successive runs may overlap).
+//   tenancy:   1, 2, 4 and 8 clients, each on its own thread, submitting small
+//              programs (3 chained scales on a mesh of both accelerators of a
+//              2-accelerator island) as fast as backpressure lets them; the
+//              aggregate programs per second (the total work of a sample is the
+//              same for every client count), and the process's CPU time and
+//              context switches (all threads, lavapipe's included) per program,
+//              averaged over the samples.
+//
+// Configurations of a table alternate sample by sample (the order rotates),
+// `--runs` samples each; medians are printed, and the ratios of medians taken
+// in the same run. A sample lasts about kSampleSeconds: its size is set from
+// the rate seen in a warm-up. Every sample's result is downloaded and checked
+// (outside the timed part); a wrong value aborts the benchmark.
+//
+//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy]
+// For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+#include "runtime/trace.h"
+#include "scheduler/function.h"
+#include "scheduler/island.h"
+#include "scheduler/program.h"
+
+namespace causeway {
+namespace {
+
+constexpr double kSampleSeconds = 0.1;  // the length of one timed sample
+constexpr int kChain = 128;             // computations in a Chained or Fused program
+constexpr uint32_t kScalar = 4;         // a scalar, padded to 4 floats
+constexpr uint32_t kStageFloats = 64;   // per pipeline stage
+constexpr int kMaxAccelerators = 8;
+constexpr uint32_t kTenantFloats = 128;  // per tenant program (64 per accelerator)
+constexpr int kTenantClients[] = {1, 2, 4, 8};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "scheduler_bench: %s\n", what.c_str());
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+void CheckOk(const absl::Status& s, const char* what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
+}
+
+template <typename T>
+T Must(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
+  return std::move(v).value();
+}
+
+#define CHECK_OK(expr) CheckOk((expr), #expr)
+
+double Seconds(int64_t t0) { return (Tracer::NowNs() - t0) / 1e9; }
+
+// How many items (a multiple of `unit`, at least one unit) take about
+// kSampleSeconds at `per_second`.
+int SampleSize(double per_second, int unit) {
+  int units = static_cast<int>(per_second * kSampleSeconds / unit);
+  return unit * std::clamp(units, 1, 1 << 20);
+}
+
+// CPU time and context switches of the whole process (every thread).
+struct Usage {
+  double cpu_seconds = 0;
+  double switches = 0;
+};
+Usage ProcessUsage() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return {u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6,
+          static_cast<double>(u.ru_nvcsw + u.ru_nivcsw)};
+}
+
+ArrayRef MakeArray(Client& client, const std::shared_ptr<Mesh>& mesh, const std::vector<float>& host,
+                   Sharding sharding, const std::string& label) {
+  ArrayRef a =
+      Must(client.CreateArray(mesh, {static_cast<int64_t>(host.size())}, DType::kF32, sharding, label),
+           "CreateArray");
+  CHECK_OK(a->Upload(host.data(), host.size() * sizeof(float)));
+  return a;
+}
+
+// Downloads `a` and aborts unless it equals `want` exactly (every value in
+// these benchmarks is a small multiple of 0.5, exact in f32).
+void ExpectEquals(const ArrayRef& a, const std::vector<float>& want, const std::string& what) {
+  std::vector<float> got(want.size());
+  CHECK_OK(a->Download(got.data(), got.size() * sizeof(float)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      Die(absl::StrCat(what, ": element ", i, " is ", got[i], ", expected ", want[i]));
+    }
+  }
+}
+
+// Runs `samples` rounds; in each, every case once, the order rotated round by
+// round so no case always follows the same one. Returns each case's values.
+std::vector<std::vector<double>> Alternate(int samples, const std::vector<std::function<double()>>& cases) {
+  std::vector<std::vector<double>> out(cases.size());
+  for (int r = 0; r < samples; ++r) {
+    for (size_t j = 0; j < cases.size(); ++j) {
+      size_t c = (j + r) % cases.size();
+      out[c].push_back(cases[c]());
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Runtime> MakeRuntime(int accelerators) {
+  RuntimeOptions options;
+  options.accelerators = accelerators;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  return Must(Runtime::Create(options), "Runtime::Create");
+}
+
+// --- dispatch: Pathways Figure 5 ------------------------------------------
+
+// One mesh count of the dispatch benchmark: a client with n 1-wide meshes and
+// the three executables.
+class Reduction {
+ public:
+  Reduction(Island& island, int n) : n_(n) {
+    client_ = Must(island.Connect(absl::StrCat("reduce", n)), "Connect");
+    for (int i = 0; i < n; ++i) {
+      meshes_.push_back(Must(client_->AllocateMesh({1}), "AllocateMesh"));
+      for (int j = 0; j < i; ++j) {
+        if (meshes_[j]->device(0) == meshes_[i]->device(0)) {
+          Die("two meshes of the chain share an accelerator");
+        }
+      }
+    }
+    last_ = meshes_.back();
+    add_ = Must(Function::Elementwise("add", {kScalar}), "add");
+    // c_i = i + 1 on mesh i, b = 0.5 on the last: a computation adds
+    // n(n+1)/2 + 0.5. The fused program has its own copies on its mesh.
+    per_computation_ = n * (n + 1) / 2.0f + 0.5f;
+    for (int i = 0; i <= n; ++i) {
+      std::vector<float> v(kScalar, i < n ? i + 1.0f : 0.5f);
+      auto mesh = i < n ? meshes_[i] : last_;
+      constants_.push_back(MakeArray(*client_, mesh, v, Sharding::Replicated(), absl::StrCat("c", i)));
+      fused_constants_.push_back(
+          MakeArray(*client_, last_, v, Sharding::Replicated(), absl::StrCat("fc", i)));
+    }
+    op_by_op_ = Load(ChainProgram(1));
+    chained_ = Load(ChainProgram(kChain));
+    fused_ = Load(FusedProgram());
+  }
+  ~Reduction() { client_->Close(); }
+
+  // Each runs about `target` computations from x = 1 and checks the result;
+  // returns computations per second.
+  double OpByOp(int target) { return Time(op_by_op_, 1, target, constants_, "OpByOp"); }
+  double Chained(int target) { return Time(chained_, kChain, target, constants_, "Chained"); }
+  double Fused(int target) { return Time(fused_, kChain, target, fused_constants_, "Fused"); }
+
+ private:
+  std::shared_ptr<Executable> Load(absl::StatusOr<std::shared_ptr<const Program>> program) {
+    return Must(client_->Load(Must(std::move(program), "Build")), "Load");
+  }
+
+  // `count` chained computations. Parameters: x (last mesh), c0..c{n-1}, b.
+  absl::StatusOr<std::shared_ptr<const Program>> ChainProgram(int count) {
+    ProgramBuilder b(absl::StrCat("reduce", n_, "x", count));
+    b.Parameter("x", last_, {kScalar}, DType::kF32);
+    for (int i = 0; i < n_; ++i) b.Parameter(absl::StrCat("c", i), meshes_[i], {kScalar}, DType::kF32);
+    b.Parameter("b", last_, {kScalar}, DType::kF32);
+    std::string prev = "x";
+    for (int k = 0; k < count; ++k) {
+      for (int i = 0; i < n_; ++i) {
+        std::string s = absl::StrCat("k", k, "s", i);
+        b.Call(s, add_, meshes_[i], {prev, absl::StrCat("c", i)}, {s});
+        prev = s;
+      }
+      std::string y = absl::StrCat("k", k, "y");
+      b.Call(y, add_, last_, {prev, "b"}, {y});
+      prev = y;
+    }
+    b.Output(prev);
+    return b.Build();
+  }
+
+  // One call of one function holding all kChain computations' adds.
+  // Parameters: x, fc0..fc{n-1}, fb, all on the last mesh.
+  absl::StatusOr<std::shared_ptr<const Program>> FusedProgram() {
+    ASSIGN_OR_RETURN(auto add, BuiltinKernel("add"));
+    CountParams count{kScalar};
+    std::vector<uint8_t> push(sizeof(count));
+    std::memcpy(push.data(), &count, sizeof(count));
+    const int out = n_ + 2;  // buffers: x, n + 1 constants, then the output
+    std::vector<KernelStep> steps;
+    for (int k = 0; k < kChain; ++k) {
+      for (int i = 0; i <= n_; ++i) {
+        int a = k == 0 && i == 0 ? 0 : out;
+        steps.push_back({add, {a, 1 + i, out}, push, Groups1D(kScalar, 256), {}});
+      }
+    }
+    TensorSpec t{{kScalar}, DType::kF32};
+    ASSIGN_OR_RETURN(auto fused,
+                     Function::Create(absl::StrCat("reduce", n_, "_fused", kChain),
+                                      std::vector<TensorSpec>(n_ + 2, t), {t}, {}, std::move(steps)));
+    ProgramBuilder b(absl::StrCat("reduce", n_, "fused"));
+    std::vector<std::string> inputs = {"x"};
+    b.Parameter("x", last_, {kScalar}, DType::kF32);
+    for (int i = 0; i <= n_; ++i) {
+      inputs.push_back(absl::StrCat("fc", i));
+      b.Parameter(inputs.back(), last_, {kScalar}, DType::kF32);
+    }
+    b.Call("fused", fused, last_, inputs, {"y"});
+    b.Output("y");
+    return b.Build();
+  }
+
+  // Runs `exe` (of `per_run` computations) back to back, each run's output
+  // the next one's input, until at least `target` computations are done.
+  double Time(const std::shared_ptr<Executable>& exe, int per_run, int target,
+              const std::vector<ArrayRef>& consts, const char* mode) {
+    ArrayRef x = MakeArray(*client_, last_, std::vector<float>(kScalar, 1.0f), Sharding::Replicated(), "x0");
+    CHECK_OK(x->Await());
+    std::vector<ArrayRef> inputs = {x};
+    inputs.insert(inputs.end(), consts.begin(), consts.end());
+    int runs = std::max(1, target / per_run);
+    int64_t t0 = Tracer::NowNs();
+    for (int r = 0; r < runs; ++r) {
+      Execution run = Must(client_->Execute(exe, inputs), "Execute");
+      CHECK_OK(run.Await());
+      inputs[0] = run.outputs[0];
+    }
+    double seconds = Seconds(t0);
+    int computations = runs * per_run;
+    ExpectEquals(inputs[0], std::vector<float>(kScalar, 1.0f + computations * per_computation_),
+                 absl::StrCat(mode, " on ", n_, " accelerators after ", computations, " computations"));
+    return computations / seconds;
+  }
+
+  int n_;
+  std::shared_ptr<Client> client_;
+  std::vector<std::shared_ptr<Mesh>> meshes_;
+  std::shared_ptr<Mesh> last_;
+  std::shared_ptr<const Function> add_;
+  float per_computation_ = 0;
+  std::vector<ArrayRef> constants_, fused_constants_;
+  std::shared_ptr<Executable> op_by_op_, chained_, fused_;
+};
+
+void DispatchTable(Runtime& rt, int runs) {
+  auto island = Must(Island::Create(&rt, {}), "Island::Create");
+  std::printf(
+      "\n1. dispatch (Pathways Fig. 5): computations/s; a computation = reduction over n accelerators "
+      "(n adds, n transfers) + scalar add;\n   Chained and Fused run %d computations per program; "
+      "median of %d samples\n",
+      kChain, runs);
+  std::printf("%4s %12s %12s %12s %14s %15s\n", "n", "OpByOp", "Chained", "Fused", "Chained/Fused",
+              "Chained/OpByOp");
+  for (int n : {1, 2, 4, 8}) {
+    Reduction red(*island, n);
+    // Warm-up (instances, pipelines, recordings), then sizes for ~equal time.
+    red.OpByOp(8);
+    red.Chained(kChain);
+    red.Fused(kChain);
+    const int op = SampleSize(red.OpByOp(16), 1), chained = SampleSize(red.Chained(kChain), kChain),
+              fused = SampleSize(red.Fused(kChain), kChain);
+    auto samples = Alternate(runs, {[&] { return red.OpByOp(op); }, [&] { return red.Chained(chained); },
+                                    [&] { return red.Fused(fused); }});
+    double o = Median(samples[0]), c = Median(samples[1]), f = Median(samples[2]);
+    std::printf("%4d %12.0f %12.0f %12.0f %14.2f %15.2f\n", n, o, c, f, c / f, c / o);
+    std::fflush(stdout);
+  }
+}
+
+// --- pipeline: async vs sequential dispatch --------------------------------
+
+// A client of `island` with an S-stage pipeline program and its input.
+class Pipeline {
+ public:
+  Pipeline(Island& island, int stages) : stages_(stages) {
+    client_ = Must(island.Connect(absl::StrCat("pipeline", stages)), "Connect");
+    auto scale = Must(Function::Scale({kStageFloats}, 2.0f), "Scale");
+    ProgramBuilder b(absl::StrCat("pipeline", stages));
+    std::vector<std::shared_ptr<Mesh>> meshes;
+    for (int s = 0; s < stages; ++s) meshes.push_back(Must(client_->AllocateMesh({1}), "AllocateMesh"));
+    b.Parameter("y0", meshes[0], {kStageFloats}, DType::kF32);
+    for (int s = 0; s < stages; ++s) {
+      b.Call(absl::StrCat("stage", s), scale, meshes[s], {absl::StrCat("y", s)}, {absl::StrCat("y", s + 1)});
+    }
+    b.Output(absl::StrCat("y", stages));
+    exe_ = Must(client_->Load(Must(b.Build(), "Build")), "Load");
+    std::vector<float> x(kStageFloats);
+    for (uint32_t i = 0; i < kStageFloats; ++i) x[i] = static_cast<float>(i);
+    x_ = MakeArray(*client_, meshes[0], x, Sharding::Replicated(), "y0");
+    for (float& v : x) v = std::ldexp(v, stages);
+    want_ = x;
+  }
+  ~Pipeline() { client_->Close(); }
+
+  // Seconds per run over `count` runs: each awaited before the next starts,
+  // or (`streamed`) all submitted back to back and awaited at the end.
+  double Time(int count, bool streamed) {
+    std::deque<Execution> runs;
+    int64_t t0 = Tracer::NowNs();
+    for (int r = 0; r < count; ++r) {
+      runs.push_back(Must(client_->Execute(exe_, {x_}), "Execute"));
+      if (!streamed || runs.size() > 16) {
+        CHECK_OK(runs.front().Await());
+        if (runs.size() > 1) runs.pop_front();
+      }
+    }
+    for (const Execution& run : runs) CHECK_OK(run.Await());
+    double seconds = Seconds(t0) / count;
+    ExpectEquals(runs.back().outputs[0], want_, absl::StrCat(stages_, "-stage pipeline"));
+    return seconds;
+  }
+
+ private:
+  int stages_;
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Executable> exe_;
+  ArrayRef x_;
+  std::vector<float> want_;
+};
+
+void PipelineTable(Runtime& rt, int runs) {
+  IslandOptions async_options, sequential_options;
+  async_options.name = "async";
+  sequential_options.name = "sequential";
+  sequential_options.dispatch = DispatchMode::kSequential;
+  // Enough instances for a run in every stage at once when streamed.
+  async_options.runs_in_flight = sequential_options.runs_in_flight = kMaxAccelerators;
+  auto async_island = Must(Island::Create(&rt, async_options), "Island::Create");
+  auto sequential_island = Must(Island::Create(&rt, sequential_options), "Island::Create");
+  std::printf(
+      "\n2. pipeline: S stages (scale %u floats on accelerator s, then a transfer to the next); "
+      "us per run, median of %d samples;\n   latency: one run at a time; streamed: runs back to back\n",
+      kStageFloats, runs);
+  std::printf("%6s | %10s %10s %9s | %10s %10s %9s\n", "", "latency", "", "", "streamed", "", "");
+  std::printf("%6s | %10s %10s %9s | %10s %10s %9s\n", "stages", "async", "sequential", "seq/async", "async",
+              "sequential", "seq/async");
+  for (int stages = 1; stages <= kMaxAccelerators; ++stages) {
+    Pipeline async_pipe(*async_island, stages), sequential_pipe(*sequential_island, stages);
+    std::vector<std::pair<Pipeline*, bool>> cases = {
+        {&async_pipe, false}, {&sequential_pipe, false}, {&async_pipe, true}, {&sequential_pipe, true}};
+    std::vector<std::function<double()>> timed;
+    for (auto [pipe, streamed] : cases) {
+      pipe->Time(4, streamed);  // warm-up
+      int count = SampleSize(1 / pipe->Time(8, streamed), 1);
+      timed.push_back([pipe = pipe, streamed = streamed, count] { return pipe->Time(count, streamed); });
+    }
+    auto samples = Alternate(runs, timed);
+    std::vector<double> us;
+    for (auto& s : samples) us.push_back(Median(s) * 1e6);
+    std::printf("%6d | %10.1f %10.1f %9.2f | %10.1f %10.1f %9.2f\n", stages, us[0], us[1], us[1] / us[0],
+                us[2], us[3], us[3] / us[2]);
+    std::fflush(stdout);
+  }
+}
+
+// --- tenancy: many clients on one island -----------------------------------
+
+class Tenant {
+ public:
+  Tenant(Island& island, int id) : id_(id) {
+    client_ = Must(island.Connect(absl::StrCat("tenant", id)), "Connect");
+    auto mesh = Must(client_->AllocateMesh({static_cast<int>(island.runtime().size())}), "AllocateMesh");
+    Shape shard = {kTenantFloats / mesh->size()};
+    auto scale = Must(Function::Scale(shard, 2.0f), "Scale");
+    ProgramBuilder b(absl::StrCat("tenant", id));
+    b.Parameter("x", mesh, {kTenantFloats}, DType::kF32, Sharding::Split(0));
+    b.Call("a", scale, mesh, {"x"}, {"y1"});
+    b.Call("b", scale, mesh, {"y1"}, {"y2"});
+    b.Call("c", scale, mesh, {"y2"}, {"y3"});
+    b.Output("y3");
+    exe_ = Must(client_->Load(Must(b.Build(), "Build")), "Load");
+    std::vector<float> x(kTenantFloats);
+    for (uint32_t i = 0; i < kTenantFloats; ++i) x[i] = static_cast<float>(i + id);
+    x_ = MakeArray(*client_, mesh, x, Sharding::Split(0), "x");
+    for (float& v : x) v *= 8;
+    want_ = x;
+  }
+  ~Tenant() { client_->Close(); }
+
+  // Submits `count` programs, keeping a few in flight; checks the last.
+  void Run(int count) {
+    std::deque<Execution> in_flight;
+    for (int p = 0; p < count; ++p) {
+      in_flight.push_back(Must(client_->Execute(exe_, {x_}), "Execute"));
+      if (in_flight.size() > 4) {
+        CHECK_OK(in_flight.front().Await());
+        in_flight.pop_front();
+      }
+    }
+    for (auto& run : in_flight) CHECK_OK(run.Await());
+    ExpectEquals(in_flight.back().outputs[0], want_, absl::StrCat("tenant ", id_));
+  }
+
+ private:
+  int id_;
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Executable> exe_;
+  ArrayRef x_;
+  std::vector<float> want_;
+};
+
+// Programs per second of `tenants` together, each on its own thread, running
+// `total` programs in all; adds the process's usage to `usage`.
+double RunTenants(std::vector<std::unique_ptr<Tenant>>& tenants, int total, Usage* usage = nullptr) {
+  int each = total / static_cast<int>(tenants.size());
+  absl::Notification start;
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (auto& t : tenants) {
+    threads.emplace_back([&, tenant = t.get()] {
+      ready.fetch_add(1);
+      start.WaitForNotification();
+      tenant->Run(each);
+    });
+  }
+  while (ready.load() < static_cast<int>(tenants.size())) std::this_thread::yield();
+  Usage u0 = ProcessUsage();
+  int64_t t0 = Tracer::NowNs();
+  start.Notify();
+  for (auto& t : threads) t.join();
+  double seconds = Seconds(t0);
+  if (usage != nullptr) {
+    Usage u1 = ProcessUsage();
+    usage->cpu_seconds += u1.cpu_seconds - u0.cpu_seconds;
+    usage->switches += u1.switches - u0.switches;
+  }
+  return each * tenants.size() / seconds;
+}
+
+void TenancyTable(int runs) {
+  constexpr int kTenancyAccelerators = 2;
+  auto rt = MakeRuntime(kTenancyAccelerators);
+  auto island = Must(Island::Create(rt.get(), {}), "Island::Create");
+  constexpr int kUnit = 8;  // programs per sample: a multiple of every client count
+  std::vector<std::vector<std::unique_ptr<Tenant>>> groups;
+  int id = 0, total = 0;
+  for (int c : kTenantClients) {
+    groups.emplace_back();
+    for (int i = 0; i < c; ++i) groups.back().push_back(std::make_unique<Tenant>(*island, id++));
+    RunTenants(groups.back(), 64);  // warm-up
+    if (c == 1) total = SampleSize(RunTenants(groups.back(), 128), kUnit);
+  }
+  std::printf(
+      "\n3. tenancy: clients on their own threads, each submitting programs of 3 chained scales on a "
+      "mesh of %d accelerators;\n   %d programs per sample in all; median of %d samples; cpu and "
+      "context switches of the whole process\n",
+      kTenancyAccelerators, total, runs);
+  std::vector<Usage> usage(groups.size());
+  std::vector<std::function<double()>> cases;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    cases.push_back([&, g] { return RunTenants(groups[g], total, &usage[g]); });
+  }
+  auto samples = Alternate(runs, cases);
+  std::printf("%8s %12s %12s %14s %14s\n", "clients", "programs/s", "vs 1 client", "cpu us/program",
+              "switches/prog");
+  double one = Median(samples[0]);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    double m = Median(samples[g]);
+    double programs = static_cast<double>(total) * runs;
+    std::printf("%8d %12.0f %12.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one,
+                usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
+  }
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  int runs = 9;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (absl::StartsWith(a, "--runs=")) {
+      if (!absl::SimpleAtoi(a.substr(7), &runs) || runs < 1) Die(absl::StrCat("bad value in ", a));
+    } else if (absl::StartsWith(a, "--only=")) {
+      only = a.substr(7);
+      if (only != "dispatch" && only != "pipeline" && only != "tenancy") {
+        Die(absl::StrCat("--only takes dispatch, pipeline or tenancy, got '", only, "'"));
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy]\n", argv[0]);
+      return 2;
+    }
+  }
+  const char* lp = std::getenv("LP_NUM_THREADS");
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  sched_getaffinity(0, sizeof(cpus), &cpus);
+  std::printf("scheduler dispatch benchmarks: %d samples per figure, %d CPUs%s%s\n", runs, CPU_COUNT(&cpus),
+              lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
+  if (only.empty() || only == "dispatch" || only == "pipeline") {
+    auto rt = MakeRuntime(kMaxAccelerators);
+    std::printf("%zu accelerators on %s\n", rt->size(), rt->accelerator(0)->info().name.c_str());
+    if (only.empty() || only == "dispatch") DispatchTable(*rt, runs);
+    if (only.empty() || only == "pipeline") PipelineTable(*rt, runs);
+  }
+  if (only.empty() || only == "tenancy") TenancyTable(runs);
+  return 0;
+}
+
+}  // namespace
+}  // namespace causeway
+
+int main(int argc, char** argv) {
+  // Debian's abseil is built with mutex deadlock detection on, which walks a
+  // lock graph on every lock; the test suite keeps it, tools turn it off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return causeway::Main(argc, argv);
+}
