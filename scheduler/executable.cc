@@ -1,12 +1,14 @@
 #include "scheduler/executable.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
 namespace causeway {
 
-size_t RunState::step_count() const { return executable_->program().steps().size(); }
+size_t RunState::step_count() const { return executable_->gang_calls(); }
 
 bool RunState::dispatched() const {
   absl::MutexLock lock(&mu_);
@@ -40,7 +42,33 @@ absl::Status RunState::Await(absl::Time deadline) {
 }
 
 Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances)
-    : program_(std::move(program)), client_(client), max_instances_(std::max(1, instances)) {}
+    : program_(std::move(program)), client_(client), max_instances_(std::max(1, instances)) {
+  // One submission per device for each run of steps on the same mesh: on
+  // lavapipe a submission costs ten times a dispatch inside a list.
+  const auto& steps = program_->steps();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (!groups_.empty() && steps[groups_.back().first].mesh == steps[s].mesh) {
+      groups_.back().second = s + 1;
+    } else {
+      groups_.emplace_back(s, s + 1);
+    }
+  }
+}
+
+std::string Executable::GangCallName(size_t g) const {
+  std::string name;
+  for (size_t s = groups_[g].first; s < groups_[g].second; ++s) {
+    if (!name.empty()) name += "+";
+    name += program_->steps()[s].node;
+  }
+  return name;
+}
+
+absl::Status Executable::RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
+                                        size_t g, int d) const {
+  for (size_t s = groups_[g].first; s < groups_[g].second; ++s) RETURN_IF_ERROR(RecordStep(list, values, inst, s, d));
+  return absl::OkStatus();
+}
 
 Executable::~Executable() = default;
 
@@ -88,26 +116,31 @@ absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance()
     inst->bytes += inst->values[v]->bytes();
   }
   const auto& steps = program_->steps();
-  inst->lists.resize(steps.size());
   inst->scratch.resize(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) {
     const ProgramStep& step = steps[s];
-    int n = step.mesh->size();
-    inst->lists[s].resize(n);
-    inst->scratch[s].resize(n);
-    for (int d = 0; d < n; ++d) {
-      Accelerator* acc = step.mesh->device(d);
-      if (step.kind == ProgramStep::kCall) {
-        for (const TensorSpec& t : step.function->scratch()) {
-          ASSIGN_OR_RETURN(auto b, acc->CreateBuffer(std::max<uint64_t>(t.bytes(), 4)));
-          inst->bytes += b->reserved_size();
-          inst->scratch[s][d].push_back(std::move(b));
-        }
+    inst->scratch[s].resize(step.mesh->size());
+    if (step.kind != ProgramStep::kCall) continue;
+    for (int d = 0; d < step.mesh->size(); ++d) {
+      for (const TensorSpec& t : step.function->scratch()) {
+        ASSIGN_OR_RETURN(auto b, step.mesh->device(d)->CreateBuffer(std::max<uint64_t>(t.bytes(), 4)));
+        inst->bytes += b->reserved_size();
+        inst->scratch[s][d].push_back(std::move(b));
       }
-      if (!StepIsStatic(s)) continue;
-      ASSIGN_OR_RETURN(auto list, acc->CreateCommandList(absl::StrCat(program_->name(), ":", step.node)));
-      RETURN_IF_ERROR(RecordStep(*list, inst->values, *inst, s, d));
-      inst->lists[s][d] = std::move(list);
+    }
+  }
+  inst->lists.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const Mesh& mesh = GangCallMesh(g);
+    inst->lists[g].resize(mesh.size());
+    bool is_static = true;
+    for (size_t s = groups_[g].first; s < groups_[g].second; ++s) is_static &= StepIsStatic(s);
+    if (!is_static) continue;
+    for (int d = 0; d < mesh.size(); ++d) {
+      ASSIGN_OR_RETURN(auto list, mesh.device(d)->CreateCommandList(absl::StrCat(program_->name(), ":",
+                                                                                 GangCallName(g))));
+      RETURN_IF_ERROR(RecordGangCall(*list, inst->values, *inst, g, d));
+      inst->lists[g][d] = std::move(list);
     }
   }
   return inst;
@@ -201,38 +234,59 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   return run;
 }
 
-absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t s) {
-  const ProgramStep& step = program_->steps()[s];
+absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g) {
   {
     absl::MutexLock lock(&mu_);
     if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
   }
   Instance* inst = run.instance_.get();
+  const auto [first, last] = groups_[g];
+  const Mesh& mesh = GangCallMesh(g);
+  const auto& steps = program_->steps();
+  // Inputs produced outside this gang call: the submission waits for them.
+  std::vector<int> external;
+  {
+    std::vector<int> inside;
+    for (size_t s = first; s < last; ++s) {
+      for (int v : steps[s].inputs) {
+        if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
+            std::find(external.begin(), external.end(), v) == external.end()) {
+          external.push_back(v);
+        }
+      }
+      inside.insert(inside.end(), steps[s].outputs.begin(), steps[s].outputs.end());
+    }
+  }
   std::vector<Future<>> futures;
-  for (int d = 0; d < step.mesh->size(); ++d) {
-    Accelerator* acc = step.mesh->device(d);
-    std::shared_ptr<CommandList> list = inst->lists[s][d];
+  for (int d = 0; d < mesh.size(); ++d) {
+    Accelerator* acc = mesh.device(d);
+    std::shared_ptr<CommandList> list = inst->lists[g][d];
     if (list == nullptr) {
-      ASSIGN_OR_RETURN(list, acc->CreateCommandList(absl::StrCat(program_->name(), ":", step.node)));
-      RETURN_IF_ERROR(RecordStep(*list, run.values_, *inst, s, d));
+      ASSIGN_OR_RETURN(list, acc->CreateCommandList(absl::StrCat(program_->name(), ":", GangCallName(g))));
+      RETURN_IF_ERROR(RecordGangCall(*list, run.values_, *inst, g, d));
     }
     absl::InlinedVector<Future<>, 4> waits;
-    for (int v : step.inputs) waits.push_back(run.values_[v]->ShardReady(d));
+    for (int v : external) waits.push_back(run.values_[v]->ShardReady(d));
     Future<> f = acc->Submit(list, waits);
-    if (step.kind == ProgramStep::kTransfer &&
-        program_->values()[step.inputs[0]].kind == ProgramValue::kParameter) {
-      run.values_[step.inputs[0]]->AddReader(d, f);  // the client's array: its next upload waits
+    for (size_t s = first; s < last; ++s) {
+      if (steps[s].kind == ProgramStep::kTransfer &&
+          program_->values()[steps[s].inputs[0]].kind == ProgramValue::kParameter) {
+        run.values_[steps[s].inputs[0]]->AddReader(d, f);  // the client's array: its next upload waits
+      }
     }
     futures.push_back(std::move(f));
   }
-  for (int v : step.outputs) run.values_[v]->EndWrite(futures);
+  for (size_t s = first; s < last; ++s) {
+    for (int v : steps[s].outputs) run.values_[v]->EndWrite(futures);
+  }
   return futures;
 }
 
 void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first_undone) {
   if (!status.ok()) {
     // Values that will never be written must not leave readers waiting.
-    for (size_t s = first_undone; s < program_->steps().size(); ++s) {
+    size_t first_step = first_undone < groups_.size() ? groups_[first_undone].first : program_->steps().size();
+    for (size_t s = first_step; s < program_->steps().size(); ++s) {
       const ProgramStep& step = program_->steps()[s];
       std::vector<Future<>> failed(step.mesh->size(), Future<>::Ready(status));
       for (int v : step.outputs) run.values_[v]->EndWrite(failed);

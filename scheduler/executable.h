@@ -4,9 +4,10 @@
 // Runs rotate over a few instances (sets of intermediate buffers and their
 // recorded lists); a run takes the least recently used one and, if all are in
 // use, waits for that instance's previous run to end: this is the client's
-// backpressure. Steps that touch only an instance's own buffers are replayed;
-// those that bind a run's inputs or outputs (fresh arrays each run) are
-// recorded for that run.
+// backpressure. Consecutive steps on the same mesh form one gang call: one
+// command list (one submission) per device. Gang calls that touch only an
+// instance's own buffers are replayed; those that bind a run's inputs or
+// outputs (fresh arrays each run) are recorded for that run.
 #ifndef CAUSEWAY_SCHEDULER_EXECUTABLE_H_
 #define CAUSEWAY_SCHEDULER_EXECUTABLE_H_
 
@@ -30,7 +31,7 @@ class RunState;
 // executable never pulls it from under a run.
 struct ExecutableInstance {
   std::vector<ArrayRef> values;  // intermediates (null for parameters/outputs)
-  std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [step][device], null when per run
+  std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [gang call][device], null when per run
   std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;  // [step][device][i]
   std::shared_ptr<RunState> last_run;  // guarded by the executable's lock
   uint64_t last_used = 0;              // guarded by the executable's lock
@@ -43,7 +44,7 @@ class RunState {
  public:
   const std::shared_ptr<Executable>& executable() const { return executable_; }
   ClientId client() const { return client_; }
-  size_t step_count() const;
+  size_t step_count() const;  // gang calls
   // Blocks until every step is dispatched and has finished; the first error.
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture());
   bool dispatched() const;
@@ -72,6 +73,10 @@ class Executable : public std::enable_shared_from_this<Executable> {
   ~Executable();
 
   const Program& program() const { return *program_; }
+  // Gang calls: runs of consecutive program steps on the same mesh.
+  size_t gang_calls() const { return groups_.size(); }
+  const Mesh& GangCallMesh(size_t g) const { return *program_->steps()[groups_[g].first].mesh; }
+  std::string GangCallName(size_t g) const;  // its nodes, joined by '+' 
   ClientId client() const { return client_; }
 
   // Prepares a run: checks the inputs (naming the parameter), takes an
@@ -79,11 +84,12 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // outputs. Nothing is submitted yet.
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
                                                     std::vector<ArrayRef>* outputs);
-  // Submits step `s` of `run` on every device of its mesh; returns its
-  // futures. Called by the scheduler, one step at a time, in the gang order.
+  // Submits gang call `s` of `run` on every device of its mesh; returns its
+  // futures. Called by the scheduler, one at a time, in the gang order.
   absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s);
-  // Marks `run` fully dispatched, or failed with steps from `first_undone`
-  // on never dispatched (their outputs then carry the error). Once per run.
+  // Marks `run` fully dispatched, or failed with gang calls from
+  // `first_undone` on never dispatched (their outputs then carry the error).
+  // Once per run.
   void FinishDispatch(RunState& run, absl::Status status, size_t first_undone);
   // Device memory held by the instances.
   uint64_t bytes_held();
@@ -99,10 +105,13 @@ class Executable : public std::enable_shared_from_this<Executable> {
   absl::Status RecordStep(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst, size_t s,
                           int d) const;
   bool StepIsStatic(size_t s) const;
+  absl::Status RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
+                              size_t g, int d) const;
 
   std::shared_ptr<const Program> program_;
   ClientId client_;
   int max_instances_;
+  std::vector<std::pair<size_t, size_t>> groups_;  // [first, last) step of each gang call
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

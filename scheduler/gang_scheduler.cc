@@ -128,13 +128,13 @@ void GangScheduler::Drain(const RunState* until) {
     bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
     if (record_ && futures.ok()) {
-      const ProgramStep& ps = run->executable()->program().steps()[step];
+      const Mesh& mesh = run->executable()->GangCallMesh(step);
       GangCall call;
       call.sequence = sequence;
       call.client = run->client();
-      call.node = ps.node;
-      for (int d = 0; d < ps.mesh->size(); ++d) {
-        call.submissions.emplace_back(ps.mesh->device(d)->index(), (*futures)[d].timeline_value());
+      call.node = run->executable()->GangCallName(step);
+      for (int d = 0; d < mesh.size(); ++d) {
+        call.submissions.emplace_back(mesh.device(d)->index(), (*futures)[d].timeline_value());
       }
       order_.push_back(std::move(call));
     }
@@ -154,10 +154,10 @@ void GangScheduler::Drain(const RunState* until) {
 absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, bool contended) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
-  const ProgramStep& ps = exe.program().steps()[s];
+  const Mesh& mesh = exe.GangCallMesh(s);
   // Under contention keep at most dispatch_ahead_ gang calls in flight per
   // accelerator: the backlog stays in the queues, where the policy orders it.
-  for (Accelerator* acc : ps.mesh->devices()) {
+  for (Accelerator* acc : mesh.devices()) {
     std::deque<Future<>>& ahead = in_flight_[acc];
     while (!ahead.empty() && ahead.front().IsReady()) ahead.pop_front();
     while (contended && static_cast<int>(ahead.size()) >= dispatch_ahead_) {
@@ -167,7 +167,8 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
   }
   auto futures = exe.DispatchStep(run, s);
   if (!futures.ok()) {
-    absl::Status error(futures.status().code(), absl::StrCat("node '", ps.node, "': ", futures.status().message()));
+    absl::Status error(futures.status().code(),
+                       absl::StrCat("node '", exe.GangCallName(s), "': ", futures.status().message()));
     exe.FinishDispatch(run, error, s);
     return error;
   }
@@ -176,8 +177,8 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     run.futures_.insert(run.futures_.end(), futures->begin(), futures->end());
   }
   if (policy_ == SchedulingPolicy::kWeighted) {
-    for (int d = 0; d < ps.mesh->size(); ++d) {
-      std::deque<Future<>>& ahead = in_flight_[ps.mesh->device(d)];
+    for (int d = 0; d < mesh.size(); ++d) {
+      std::deque<Future<>>& ahead = in_flight_[mesh.device(d)];
       ahead.push_back((*futures)[d]);
       // Unthrottled stretches must not grow this without bound.
       while (static_cast<int>(ahead.size()) > 4 * dispatch_ahead_) ahead.pop_front();
