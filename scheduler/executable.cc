@@ -53,6 +53,20 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
       groups_.emplace_back(s, s + 1);
     }
   }
+  // Inputs produced outside each gang call: its submissions wait for them.
+  for (const auto& [first, last] : groups_) {
+    std::vector<int> external, inside;
+    for (size_t s = first; s < last; ++s) {
+      for (int v : steps[s].inputs) {
+        if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
+            std::find(external.begin(), external.end(), v) == external.end()) {
+          external.push_back(v);
+        }
+      }
+      inside.insert(inside.end(), steps[s].outputs.begin(), steps[s].outputs.end());
+    }
+    external_inputs_.push_back(std::move(external));
+  }
 }
 
 std::string Executable::GangCallName(size_t g) const {
@@ -243,20 +257,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   const auto [first, last] = groups_[g];
   const Mesh& mesh = GangCallMesh(g);
   const auto& steps = program_->steps();
-  // Inputs produced outside this gang call: the submission waits for them.
-  std::vector<int> external;
-  {
-    std::vector<int> inside;
-    for (size_t s = first; s < last; ++s) {
-      for (int v : steps[s].inputs) {
-        if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
-            std::find(external.begin(), external.end(), v) == external.end()) {
-          external.push_back(v);
-        }
-      }
-      inside.insert(inside.end(), steps[s].outputs.begin(), steps[s].outputs.end());
-    }
-  }
+  const std::vector<int>& external = external_inputs_[g];
   std::vector<Future<>> futures;
   for (int d = 0; d < mesh.size(); ++d) {
     Accelerator* acc = mesh.device(d);

@@ -112,6 +112,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   ClientId client_;
   int max_instances_;
   std::vector<std::pair<size_t, size_t>> groups_;  // [first, last) step of each gang call
+  std::vector<std::vector<int>> external_inputs_;  // per gang call: values produced outside it
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
