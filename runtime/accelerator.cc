@@ -164,6 +164,13 @@ CopyPath Accelerator::PathFor(const Buffer& src) const {
   return path;
 }
 
+bool Accelerator::has_timestamps() const {
+  for (const auto& family : info().queue_families) {
+    if (family.index == device_->queue_family()) return family.timestamp_valid_bits > 0;
+  }
+  return false;
+}
+
 uint64_t Accelerator::submitted_value() const {
   absl::MutexLock lock(&ring_mu_);
   return next_value_;
@@ -181,18 +188,21 @@ absl::Status Accelerator::health() const {
   return health_;
 }
 
-Future<> Accelerator::Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits) {
+Future<> Accelerator::Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits,
+                             SubmitOptions options) {
   if (list == nullptr || list->accelerator() != this) {
     return Future<>::Ready(absl::InvalidArgumentError(
         absl::StrCat("Submit: the command list belongs to ",
                      list == nullptr ? "nobody" : list->accelerator()->name(), ", not ", name())));
   }
-  return SubmitInternal(list, waits, {});
+  return SubmitInternal(list, waits, {}, std::move(options));
 }
 
 Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
-                                     std::vector<std::function<void()>> on_done) {
+                                     std::vector<std::function<void()>> on_done, SubmitOptions options) {
   HostSpan span("submit");
+  if (options.on_device_time && !has_timestamps()) options.on_device_time = nullptr;
+  const bool timed = static_cast<bool>(options.on_device_time);
   // Inputs that already failed fail this submission without running it.
   for (const Future<>& w : waits) {
     if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
@@ -230,6 +240,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         slot->value = value;
         slot->list = list;
         slot->on_done = std::move(on_done);
+        slot->on_device_time = std::move(options.on_device_time);
         slot->inputs.assign(waits.begin(), waits.end());
         break;
       }
@@ -279,7 +290,10 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
 
   absl::StatusOr<CommandList::Recording*> recording = nullptr;
   if (status.ok()) {
-    recording = list->AcquireRecording(Tracer::Get().enabled());
+    using Timing = CommandList::Timing;
+    recording = list->AcquireRecording(Tracer::Get().enabled()  ? Timing::kCommands
+                                       : timed                  ? Timing::kList
+                                                              : Timing::kNone);
     if (!recording.ok()) status = recording.status();
   }
   VkResult result = VK_SUCCESS;
@@ -484,6 +498,7 @@ void Accelerator::Retire() {
       slot.status = std::move(s.status);
       slot.inputs = std::move(s.inputs);
       slot.on_done = std::move(s.on_done);
+      slot.on_device_time = std::move(s.on_device_time);
     }
     absl::Status status = slot.status;
     for (const Future<>& in : slot.inputs) {
@@ -495,14 +510,17 @@ void Accelerator::Retire() {
         status = absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message()));
       }
     }
+    int64_t device_ns = -1;
     if (slot.recording != nullptr) {
-      slot.list->CollectTimestamps(slot.recording, index_, slot.value);
+      device_ns = slot.list->CollectTimestamps(slot.recording, index_, slot.value);
       slot.list->ReleaseRecording(slot.recording);
     }
     if (status.ok()) {
       for (auto& step : slot.on_done) step();
+      if (slot.on_device_time && device_ns >= 0) slot.on_device_time(device_ns);
     }
     slot.on_done.clear();
+    slot.on_device_time = nullptr;
     slot.list.reset();  // may free buffers and staging memory
     {
       absl::MutexLock lock(&ring_mu_);

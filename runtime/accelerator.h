@@ -68,6 +68,16 @@ struct AcceleratorOptions {
   bool exportable_memory = false;
 };
 
+// Per-submission options.
+struct SubmitOptions {
+  // Called with the submission's device time in ns (between timestamps at the
+  // start and end of its list; the sum over its commands when traced) when
+  // it retires successfully, on the retiring thread. Must not block on this
+  // accelerator. Null: the list is not timed (no timestamps, no cost). Never
+  // called where the queue has no timestamps (Accelerator::has_timestamps).
+  std::function<void(int64_t)> on_device_time;
+};
+
 // Test hooks to make real failures happen on purpose.
 struct FaultInjection {
   // The Nth submission from now (1 = the next) fails as if vkQueueSubmit had
@@ -93,6 +103,8 @@ class Accelerator final : public TimelineDriver {
   const std::shared_ptr<Device>& shared_device() const { return device_; }
   const PhysicalDeviceInfo& info() const { return device_->info(); }
   VkQueue queue() const { return queue_; }
+  // Whether this queue writes timestamps (device times, traces).
+  bool has_timestamps() const;
   uint32_t ring_capacity() const { return capacity_; }
 
   // --- memory ---
@@ -127,7 +139,8 @@ class Accelerator final : public TimelineDriver {
   // the future carries the input's error). `waits` may be device
   // futures of any accelerator or host futures (a promise resolved by any
   // thread: the queue holds at that point until it resolves).
-  Future<> Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits = {});
+  Future<> Submit(const std::shared_ptr<CommandList>& list, absl::Span<const Future<>> waits = {},
+                  SubmitOptions options = {});
   // Copies src (on any accelerator) into dst (on this one) by the best path
   // there is (see PathFrom), after `waits`.
   Future<> Copy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits = {});
@@ -162,6 +175,7 @@ class Accelerator final : public TimelineDriver {
     std::vector<Future<>> inputs;     // checked for failure at retirement
     std::vector<Accelerator*> relay_targets;
     std::vector<std::function<void()>> on_done;  // host steps, run at success
+    std::function<void(int64_t)> on_device_time;
   };
   // Waits on host futures: gate values are handed out in submission order and
   // the gate semaphore is raised to the highest value below which every host
@@ -209,7 +223,7 @@ class Accelerator final : public TimelineDriver {
   absl::Status KnownStatus(uint64_t value) const ABSL_LOCKS_EXCLUDED(ring_mu_);
   void ReleaseWaits();
   Future<> SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
-                          std::vector<std::function<void()>> on_done);
+                          std::vector<std::function<void()>> on_done, SubmitOptions options = {});
   Future<> HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits);
 
   int index_ = 0;

@@ -4,6 +4,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/accelerator.h"
 #include "runtime/status.h"
@@ -201,11 +202,11 @@ absl::Status CommandList::Fill(const BufferArg& dst, uint32_t word) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(bool traced) {
+absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(Timing timing) {
   absl::MutexLock lock(&mu_);
   sealed_ = true;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if ((*it)->traced == traced) {
+    if ((*it)->timing == timing) {
       Recording* r = *it;
       free_.erase(it);
       return r;
@@ -218,7 +219,7 @@ absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(bool trace
     VK_RETURN_IF_ERROR(vkCreateCommandPool(dev, &info, nullptr, &pool_));
   }
   auto r = std::make_unique<Recording>();
-  r->traced = traced;
+  r->timing = timing;
   auto cleanup = absl::MakeCleanup([&] {
     if (r == nullptr) return;
     if (r->cb != VK_NULL_HANDLE) vkFreeCommandBuffers(dev, pool_, 1, &r->cb);
@@ -244,10 +245,13 @@ void CommandList::ReleaseRecording(Recording* r) {
 absl::Status CommandList::Record(Recording* r) {
   VkDevice dev = accelerator_->device().handle();
   Device& device = accelerator_->device();
-  if (r->traced && !commands_.empty()) {
+  const bool per_command = r->timing == Timing::kCommands;
+  const uint32_t query_count =
+      commands_.empty() || r->timing == Timing::kNone ? 0 : per_command ? 2 * commands_.size() : 2;
+  if (query_count > 0) {
     VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    qi.queryCount = static_cast<uint32_t>(2 * commands_.size());
+    qi.queryCount = query_count;
     VK_RETURN_IF_ERROR(vkCreateQueryPool(dev, &qi, nullptr, &r->queries));
   }
   // Descriptor sets, when the device cannot push them.
@@ -283,8 +287,11 @@ absl::Status CommandList::Record(Recording* r) {
 
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   VK_RETURN_IF_ERROR(vkBeginCommandBuffer(r->cb, &begin));
-  if (r->queries != VK_NULL_HANDLE) vkCmdResetQueryPool(r->cb, r->queries, 0, 2 * commands_.size());
+  if (r->queries != VK_NULL_HANDLE) vkCmdResetQueryPool(r->cb, r->queries, 0, query_count);
   GlobalBarrier(r->cb);
+  if (r->queries != VK_NULL_HANDLE && !per_command) {
+    vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 0);
+  }
 
   // Hazard tracking by buffer: a barrier goes before a command that touches
   // what an earlier command (since the last barrier) wrote, or writes what it read.
@@ -327,9 +334,7 @@ absl::Status CommandList::Record(Recording* r) {
     }
     read.insert(reads.begin(), reads.end());
 
-    if (r->queries != VK_NULL_HANDLE) {
-      vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 2 * i);
-    }
+    if (per_command) vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 2 * i);
     switch (c.kind) {
       case Command::kDispatch: {
         const Pipeline* p = c.pipeline;
@@ -394,9 +399,10 @@ absl::Status CommandList::Record(Recording* r) {
         vkCmdFillBuffer(r->cb, c.args[0].buffer->handle(), c.args[0].offset, c.args[0].size, c.word);
         break;
     }
-    if (r->queries != VK_NULL_HANDLE) {
-      vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 2 * i + 1);
-    }
+    if (per_command) vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 2 * i + 1);
+  }
+  if (r->queries != VK_NULL_HANDLE && !per_command) {
+    vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 1);
   }
   if (writes_host_memory) {
     // Make what was written to host-visible memory (downloads) visible to
@@ -411,26 +417,32 @@ absl::Status CommandList::Record(Recording* r) {
   return absl::OkStatus();
 }
 
-void CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value) {
-  if (r->queries == VK_NULL_HANDLE) return;
-  std::vector<uint64_t> ticks(2 * commands_.size());
+int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value) {
+  if (r->queries == VK_NULL_HANDLE) return -1;
+  const bool per_command = r->timing == Timing::kCommands;
+  absl::InlinedVector<uint64_t, 8> ticks(per_command ? 2 * commands_.size() : 2);
   VkResult res = vkGetQueryPoolResults(accelerator_->device().handle(), r->queries, 0,
                                        static_cast<uint32_t>(ticks.size()), ticks.size() * sizeof(uint64_t),
                                        ticks.data(), sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
-  if (res != VK_SUCCESS) return;
+  if (res != VK_SUCCESS) return -1;
   double period = accelerator_->info().limits.timestampPeriod;  // ns per tick, a float
+  auto ns = [period](uint64_t t) { return static_cast<int64_t>(static_cast<double>(t) * period); };
+  if (!per_command) return std::max<int64_t>(0, ns(ticks[1]) - ns(ticks[0]));
   Tracer& tracer = Tracer::Get();
+  int64_t total = 0;
   for (size_t i = 0; i < commands_.size(); ++i) {
     TraceEvent e;
     e.kind = TraceEvent::kDevice;
     e.name = commands_[i].name;
     e.track = accelerator_index;
-    e.begin_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i]) * period);
-    e.end_ns = static_cast<int64_t>(static_cast<double>(ticks[2 * i + 1]) * period);
+    e.begin_ns = ns(ticks[2 * i]);
+    e.end_ns = ns(ticks[2 * i + 1]);
     e.timeline_value = timeline_value;
     e.list = label_;
+    total += std::max<int64_t>(0, e.end_ns - e.begin_ns);
     tracer.Add(std::move(e));
   }
+  return total;
 }
 
 }  // namespace causeway

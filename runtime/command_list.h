@@ -99,22 +99,30 @@ class CommandList {
     std::shared_ptr<ImportedBlock> imported;  // copy from a peer device's memory
     std::string name;
   };
+  // What a recording measures with timestamps.
+  enum class Timing : uint8_t {
+    kNone,
+    kList,      // the whole list: two timestamps (its device time)
+    kCommands,  // every command (traced): two per command
+  };
   // One recording of the list; reused once its submission retires.
   struct Recording {
     VkCommandBuffer cb = VK_NULL_HANDLE;
-    VkQueryPool queries = VK_NULL_HANDLE;  // two per command when traced
+    VkQueryPool queries = VK_NULL_HANDLE;
     VkDescriptorPool descriptors = VK_NULL_HANDLE;
-    bool traced = false;
+    Timing timing = Timing::kNone;
   };
 
   CommandList(Accelerator* accelerator, std::string label);
   absl::Status CheckAppendable() const;
   // A free recording, made if needed. Thread-safe.
-  absl::StatusOr<Recording*> AcquireRecording(bool traced);
+  absl::StatusOr<Recording*> AcquireRecording(Timing timing);
   void ReleaseRecording(Recording* r);
   absl::Status Record(Recording* r);
-  // Device time of each command of a finished traced recording.
-  void CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value);
+  // Reads a finished recording's timestamps: trace events for each command
+  // of a traced one; returns its device time in ns (the sum over commands
+  // when traced), or -1 when it has none.
+  int64_t CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value);
 
   Accelerator* accelerator_;
   std::string label_;

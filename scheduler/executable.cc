@@ -67,6 +67,7 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
     }
     external_inputs_.push_back(std::move(external));
   }
+  costs_ = std::make_shared<GangCallCosts>(groups_.size());
 }
 
 std::string Executable::GangCallName(size_t g) const {
@@ -248,7 +249,8 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   return run;
 }
 
-absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g) {
+absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g,
+                                                               const std::function<void(int64_t)>& on_device_time) {
   {
     absl::MutexLock lock(&mu_);
     if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
@@ -268,7 +270,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     }
     absl::InlinedVector<Future<>, 4> waits;
     for (int v : external) waits.push_back(run.values_[v]->ShardReady(d));
-    Future<> f = acc->Submit(list, waits);
+    Future<> f = acc->Submit(list, waits, {on_device_time});
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind == ProgramStep::kTransfer &&
           program_->values()[steps[s].inputs[0]].kind == ProgramValue::kParameter) {

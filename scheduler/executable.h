@@ -11,6 +11,9 @@
 #ifndef CAUSEWAY_SCHEDULER_EXECUTABLE_H_
 #define CAUSEWAY_SCHEDULER_EXECUTABLE_H_
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,6 +28,29 @@ namespace causeway {
 
 class Executable;
 class RunState;
+
+// Measured device time of each gang call (per device submission, a moving
+// average), for charging clients before their work has run. Lock-free;
+// shared with the retirement callbacks, which may outlive the executable.
+class GangCallCosts {
+ public:
+  explicit GangCallCosts(size_t gang_calls) : ns_(gang_calls) {}
+  // What an unmeasured call is charged (a device without timestamps never
+  // measures: its clients share by gang calls).
+  static constexpr int64_t kUnmeasuredNs = 100'000;
+  int64_t Estimate(size_t g) const {
+    int64_t ns = ns_[g].load(std::memory_order_relaxed);
+    return ns > 0 ? ns : kUnmeasuredNs;
+  }
+  void Add(size_t g, int64_t ns) {
+    int64_t old = ns_[g].load(std::memory_order_relaxed);
+    ns_[g].store(old == 0 ? std::max<int64_t>(ns, 1) : std::max<int64_t>(old + (ns - old) / 8, 1),
+                 std::memory_order_relaxed);
+  }
+
+ private:
+  std::vector<std::atomic<int64_t>> ns_;
+};
 
 // One set of a program's intermediate buffers, scratch and recorded command
 // lists. Shared by the executable and the runs using it, so releasing the
@@ -86,7 +112,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
                                                     std::vector<ArrayRef>* outputs);
   // Submits gang call `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one at a time, in the gang order.
-  absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s);
+  // `on_device_time`, if set, gets each device's measured time (ns) as its
+  // submission retires.
+  absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s,
+                                                     const std::function<void(int64_t)>& on_device_time = nullptr);
+  const std::shared_ptr<GangCallCosts>& costs() const { return costs_; }
   // Marks `run` fully dispatched, or failed with gang calls from
   // `first_undone` on never dispatched (their outputs then carry the error).
   // Once per run.
@@ -113,6 +143,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   int max_instances_;
   std::vector<std::pair<size_t, size_t>> groups_;  // [first, last) step of each gang call
   std::vector<std::vector<int>> external_inputs_;  // per gang call: values produced outside it
+  std::shared_ptr<GangCallCosts> costs_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;

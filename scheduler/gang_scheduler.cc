@@ -28,17 +28,28 @@ GangScheduler::~GangScheduler() {
   }
 }
 
+void GangScheduler::ClientQueue::LevelWith(double level) {
+  double now = pass();
+  if (level > now) charged += level - now;
+}
+
+double GangScheduler::MinPassLocked(ClientId except) const {
+  double min_pass = -1;
+  for (auto& [id, other] : clients_) {
+    if (id == except || other.runs.empty()) continue;
+    double p = other.pass();
+    if (min_pass < 0 || p < min_pass) min_pass = p;
+  }
+  return min_pass;
+}
+
 void GangScheduler::AddClient(ClientId client, double weight) {
   absl::MutexLock lock(&mu_);
   ClientQueue& q = clients_[client];
   q.weight = weight > 0 ? weight : 1;
   // A newcomer starts level with the least-served client, not at zero, so it
   // cannot claim the past it was not there for.
-  double min_pass = -1;
-  for (auto& [id, other] : clients_) {
-    if (id != client && !other.runs.empty() && (min_pass < 0 || other.pass < min_pass)) min_pass = other.pass;
-  }
-  q.pass = std::max(0.0, min_pass);
+  q.LevelWith(MinPassLocked(client));
 }
 
 void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
@@ -78,11 +89,7 @@ void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
       if (q.runs.empty()) {
         // A client coming back from idle starts level with the active ones:
         // it cannot bank share while it had nothing to run.
-        double min_pass = -1;
-        for (auto& [id, other] : clients_) {
-          if (!other.runs.empty() && (min_pass < 0 || other.pass < min_pass)) min_pass = other.pass;
-        }
-        if (min_pass > q.pass) q.pass = min_pass;
+        q.LevelWith(MinPassLocked(run->client()));
       }
       q.runs.push_back(run);
       fifo_.push_back(run);
@@ -98,9 +105,11 @@ void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
 std::shared_ptr<RunState> GangScheduler::PickLocked() {
   if (policy_ == SchedulingPolicy::kFifo) return fifo_.empty() ? nullptr : fifo_.front();
   ClientQueue* best = nullptr;
+  double best_pass = 0;
   for (auto& [id, q] : clients_) {
     if (q.runs.empty()) continue;
-    if (best == nullptr || q.pass < best->pass) best = &q;
+    double p = q.pass();
+    if (best == nullptr || p < best_pass) best = &q, best_pass = p;
   }
   return best == nullptr ? nullptr : best->runs.front();
 }
@@ -111,12 +120,24 @@ void GangScheduler::Drain(const RunState* until) {
     std::shared_ptr<RunState> run = PickLocked();
     if (run == nullptr) break;
     ClientQueue& q = clients_[run->client()];
-    q.pass += 1.0 / q.weight;
     q.calls++;
     uint64_t sequence = ++sequence_;
     // Claim the step before unlocking: RemoveClient leaves a run alone once
     // any of its steps is taken.
     size_t step = run->next_step_++;
+    std::function<void(int64_t)> on_device_time;
+    if (policy_ == SchedulingPolicy::kWeighted) {
+      // Charge the call's expected device time now; its measurement, when it
+      // retires, corrects the charge.
+      const std::shared_ptr<GangCallCosts>& costs = run->executable()->costs();
+      const int64_t estimate = costs->Estimate(step);
+      q.charged += static_cast<double>(estimate) * run->executable()->GangCallMesh(step).size() / q.weight;
+      on_device_time = [account = q.account, costs, step, estimate](int64_t ns) {
+        account->measured_ns.fetch_add(ns, std::memory_order_relaxed);
+        account->correction_ns.fetch_add(ns - estimate, std::memory_order_relaxed);
+        costs->Add(step, ns);
+      };
+    }
     // Holding back only matters when the policy has a choice to make: other
     // clients with queued work under the weighted policy.
     bool contended = false;
@@ -124,7 +145,7 @@ void GangScheduler::Drain(const RunState* until) {
       for (auto& [id, other] : clients_) contended |= id != run->client() && !other.runs.empty();
     }
     mu_.Unlock();
-    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, contended);
+    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, contended, std::move(on_device_time));
     bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
     if (record_ && futures.ok()) {
@@ -151,7 +172,8 @@ void GangScheduler::Drain(const RunState* until) {
   dispatching_ = false;
 }
 
-absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, bool contended) {
+absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, bool contended,
+                                                                  std::function<void(int64_t)> on_device_time) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
   const Mesh& mesh = exe.GangCallMesh(s);
@@ -165,7 +187,7 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
       ahead.pop_front();
     }
   }
-  auto futures = exe.DispatchStep(run, s);
+  auto futures = exe.DispatchStep(run, s, on_device_time);
   if (!futures.ok()) {
     absl::Status error(futures.status().code(),
                        absl::StrCat("node '", exe.GangCallName(s), "': ", futures.status().message()));
@@ -212,6 +234,15 @@ std::vector<GangCall> GangScheduler::TakeOrder() {
   absl::MutexLock lock(&mu_);
   std::vector<GangCall> out;
   out.swap(order_);
+  return out;
+}
+
+absl::flat_hash_map<ClientId, int64_t> GangScheduler::DeviceTime() const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<ClientId, int64_t> out;
+  for (auto& [id, q] : clients_) {
+    if (!removed_.contains(id)) out[id] = q.account->measured_ns.load(std::memory_order_relaxed);
+  }
   return out;
 }
 

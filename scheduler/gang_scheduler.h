@@ -5,9 +5,12 @@
 // order, waits between accelerators never form a cycle.
 //
 // Policies: FIFO (runs in arrival order, each run's steps together) or a
-// weighted proportional share between clients at the granularity of gang
-// calls (stride scheduling: the client with the least work done per unit of
-// weight goes next).
+// weighted proportional share of device time between clients, decided at the
+// granularity of gang calls (stride scheduling: the client with the least
+// device time per unit of weight goes next). Under the weighted policy every
+// submission is timed on the device (two timestamps); a gang call is charged
+// at dispatch by the measured average of its earlier runs and corrected by
+// its own measurement when it retires, so calls of any cost share fairly.
 //
 // Dispatch: a dispatcher thread drains the queues. When the scheduler is idle
 // the submitting thread dispatches its own run at once (no hand-off to the
@@ -17,6 +20,7 @@
 #ifndef CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
 #define CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -64,20 +68,36 @@ class GangScheduler {
   std::vector<GangCall> TakeOrder();
   // Gang calls dispatched so far per client still connected.
   absl::flat_hash_map<ClientId, uint64_t> DispatchedCalls() const;
+  // Device time (ns) measured so far per client still connected (weighted
+  // policy only: FIFO does not time its submissions).
+  absl::flat_hash_map<ClientId, int64_t> DeviceTime() const;
   DispatchMode mode() const { return mode_; }
 
  private:
+  // Device time of one client, written by retirement callbacks.
+  struct DeviceAccount {
+    std::atomic<int64_t> measured_ns{0};
+    std::atomic<int64_t> correction_ns{0};  // measured minus charged, of retired calls
+  };
   struct ClientQueue {
     double weight = 1;
-    double pass = 0;  // gang calls dispatched / weight
+    double charged = 0;  // estimated device ns charged at dispatch / weight
+    std::shared_ptr<DeviceAccount> account = std::make_shared<DeviceAccount>();
     std::deque<std::shared_ptr<RunState>> runs;
     uint64_t calls = 0;
+    // Device time per unit of weight, as far as known.
+    double pass() const { return charged + account->correction_ns.load(std::memory_order_relaxed) / weight; }
+    // Starts level with `pass` if behind it.
+    void LevelWith(double pass);
   };
+  // The least pass of the clients with queued work other than `except`; -1 if none.
+  double MinPassLocked(ClientId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the run whose next step goes next; null when nothing is queued.
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dispatches step `s` of `run` (waiting for room on its accelerators);
   // its futures, one per device of the mesh.
-  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, bool contended)
+  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, bool contended,
+                                                     std::function<void(int64_t)> on_device_time)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Dispatches gang calls in policy order until nothing is queued, or until
   // `until` (if not null) is fully dispatched.

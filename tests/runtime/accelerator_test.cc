@@ -1,5 +1,6 @@
 #include "runtime/accelerator.h"
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -47,6 +48,42 @@ TEST(AcceleratorTest, AddMatchesCpu) {
   std::vector<float> out(n);
   ASSERT_OK(acc->DownloadSync(c, out.data(), n * 4));
   for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], x[i] + y[i]) << i;
+}
+
+// Tests that a timed submission reports its device time once it retires:
+// positive, growing with the work, and never for a submission whose input
+// failed; untimed submissions of the same list still work.
+TEST(AcceleratorTest, TimedSubmissionReportsDeviceTime) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  if (!acc->has_timestamps()) GTEST_SKIP() << "this queue has no timestamps";
+  const uint32_t small = 256, large = 1 << 22;
+  ASSERT_OK_AND_ASSIGN(auto a, acc->CreateBuffer(uint64_t{large} * 4));
+  ASSERT_OK_AND_ASSIGN(auto b, acc->CreateBuffer(uint64_t{large} * 4));
+  ASSERT_OK_AND_ASSIGN(auto c, acc->CreateBuffer(uint64_t{large} * 4));
+  auto small_list = AddList(acc, a, b, c, small);
+  auto large_list = AddList(acc, a, b, c, large);
+  std::atomic<int64_t> small_ns{-1}, large_ns{-1};
+  std::atomic<int> calls{0};
+  ASSERT_OK(acc->Submit(small_list).Await());  // untimed first: a recording without queries
+  Future<> s = acc->Submit(small_list, {}, {[&](int64_t ns) { small_ns = ns, calls++; }});
+  Future<> l = acc->Submit(large_list, {}, {[&](int64_t ns) { large_ns = ns, calls++; }});
+  ASSERT_OK(s.Await());
+  ASSERT_OK(l.Await());
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_GT(small_ns.load(), 0);
+  // 16384 times the elements: far more than twice the time.
+  EXPECT_GT(large_ns.load(), 2 * small_ns.load()) << small_ns.load() << " vs " << large_ns.load();
+
+  // A failed input: the work never runs, nothing is reported.
+  Promise<> host;
+  Future<> failed_input = host.future();
+  Future<> f = acc->Submit(small_list, {failed_input}, {[&](int64_t) { calls++; }});
+  host.Set(absl::InternalError("input broke"));
+  EXPECT_FALSE(f.Await().ok());
+  ASSERT_OK(acc->Flush());
+  EXPECT_EQ(calls.load(), 2);
 }
 
 // Tests that futures resolve in submission order and that a replayed list
