@@ -246,9 +246,10 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       }
       oldest = retired_value_ + 1;
     }
-    // Backpressure: the ring is full; retire the oldest slot on this thread.
+    // Backpressure: the ring is full; retire the oldest slot on this thread
+    // (or sleep while another thread waits for it).
     HostSpan wait_span("ring-full");
-    WaitAndRetire(oldest, absl::InfiniteFuture());
+    WaitFor(oldest, absl::InfiniteFuture());
   }
   Promise<> promise;
   promise.SetTimeline(this, value);
@@ -435,7 +436,26 @@ void Accelerator::SignalRelay(const Accelerator* source, uint64_t value) {
   RaiseTimeline(device_->handle(), *relay, value);
 }
 
-void Accelerator::WaitFor(uint64_t value, absl::Time deadline) { WaitAndRetire(value, deadline); }
+void Accelerator::WaitFor(uint64_t value, absl::Time deadline) {
+  {
+    absl::MutexLock lock(&ring_mu_);
+    while (true) {
+      if (value <= retired_value_ || !health_.ok()) return;
+      // Another thread waits on the device for this value or an earlier one:
+      // sleep until it has retired what it waited for, then look again.
+      if (device_waits_.empty() || *device_waits_.begin() > value) break;
+      auto moved = [this, value, waited = *device_waits_.begin()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
+        return value <= retired_value_ || !health_.ok() || device_waits_.empty() ||
+               *device_waits_.begin() != waited;
+      };
+      if (!ring_mu_.AwaitWithDeadline(absl::Condition(&moved), deadline)) return;
+    }
+    device_waits_.insert(value);
+  }
+  WaitAndRetire(value, deadline);
+  absl::MutexLock lock(&ring_mu_);
+  device_waits_.erase(device_waits_.find(value));
+}
 
 void Accelerator::WantCompletion(uint64_t value) {
   absl::MutexLock lock(&ring_mu_);

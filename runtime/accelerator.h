@@ -12,7 +12,11 @@
 // Who retires: whoever needs the result, on its own thread, so that no thread
 // hand-off sits on the critical path. A thread in Await waits on the timeline
 // semaphore itself and retires; a submitter facing a full ring does the same
-// for the oldest slot. The completion thread waits on the device only for
+// for the oldest slot. Only one thread waits on the device for any value: a
+// thread wanting a later value than one already awaited sleeps on the ring
+// until that wait has retired, and takes over if its value is still ahead
+// (a driver wakes every thread in a semaphore wait at each signal, so many
+// device waiters would all wake for every submission). The completion thread waits on the device only for
 // slots that must resolve without being awaited: those with an OnReady
 // callback or a dependant on another VkDevice.
 //
@@ -249,6 +253,8 @@ class Accelerator final : public TimelineDriver {
   // Values that must retire without being awaited (callbacks, relays); the
   // completion thread serves the smallest.
   absl::btree_set<uint64_t> wanted_ ABSL_GUARDED_BY(ring_mu_);
+  // Values threads in WaitFor are waiting on the device for.
+  absl::btree_multiset<uint64_t> device_waits_ ABSL_GUARDED_BY(ring_mu_);
   absl::Status health_ ABSL_GUARDED_BY(ring_mu_);
   bool shutdown_ ABSL_GUARDED_BY(ring_mu_) = false;
   std::vector<std::shared_ptr<CommandList>> lost_lists_ ABSL_GUARDED_BY(ring_mu_);
