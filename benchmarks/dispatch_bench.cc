@@ -6,6 +6,14 @@
 //                 then the last one awaited (the ring and completion path).
 //   batched:      one command list of N dependent dispatches, submitted and
 //                 awaited (recording, barriers and replay of a long list).
+//   relay:        N one-dispatch submissions alternating between two
+//                 accelerators (separate VkDevices on lavapipe), each waiting
+//                 for the one before it on the other: all submitted at once,
+//                 the last awaited. Raw: a host thread waits on each
+//                 submission's timeline value and signals the next one's
+//                 semaphore on the other device, the least a cross-device
+//                 dependency costs where semaphores cannot be shared.
+//                 Causeway: Submit with the previous future as a wait.
 //
 // Each case runs raw and Causeway alternately, `--runs` times; the medians and
 // their ratio (Causeway / raw; 1.00 = no overhead) are printed.
@@ -14,6 +22,7 @@
 // For steadier figures on a small machine: taskset -c 0, LP_NUM_THREADS=0.
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -73,10 +82,12 @@ class Raw {
     VkSemaphoreCreateInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
     si.pNext = &type;
     CHECK_VK(vkCreateSemaphore(dev_, &si, nullptr, &timeline_));
+    CHECK_VK(vkCreateSemaphore(dev_, &si, nullptr, &relay_));
   }
   ~Raw() {
     vkDeviceWaitIdle(dev_);
     vkDestroySemaphore(dev_, timeline_, nullptr);
+    vkDestroySemaphore(dev_, relay_, nullptr);
     vkDestroyCommandPool(dev_, pool_, nullptr);
   }
 
@@ -114,25 +125,45 @@ class Raw {
     return cb;
   }
 
-  void Submit(VkCommandBuffer cb) {
+  // Submits `cb`, after `wait` (a semaphore of this device) reaches
+  // `wait_value` if given; returns the timeline value it signals.
+  uint64_t Submit(VkCommandBuffer cb, VkSemaphore wait = VK_NULL_HANDLE, uint64_t wait_value = 0) {
     uint64_t value = ++value_;
     VkTimelineSemaphoreSubmitInfo ti{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
     ti.signalSemaphoreValueCount = 1;
     ti.pSignalSemaphoreValues = &value;
+    VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    if (wait != VK_NULL_HANDLE) {
+      ti.waitSemaphoreValueCount = 1;
+      ti.pWaitSemaphoreValues = &wait_value;
+      si.waitSemaphoreCount = 1;
+      si.pWaitSemaphores = &wait;
+      si.pWaitDstStageMask = &stage;
+    }
     si.pNext = &ti;
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
     si.signalSemaphoreCount = 1;
     si.pSignalSemaphores = &timeline_;
     CHECK_VK(vkQueueSubmit(acc_->queue(), 1, &si, VK_NULL_HANDLE));
+    return value;
   }
-  void WaitLast() {
+  void WaitLast() { Wait(value_); }
+  void Wait(uint64_t value) {
     VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
     wi.semaphoreCount = 1;
     wi.pSemaphores = &timeline_;
-    wi.pValues = &value_;
+    wi.pValues = &value;
     CHECK_VK(vkWaitSemaphores(dev_, &wi, UINT64_MAX));
+  }
+  // A host-signalled timeline semaphore on this device (the relay's).
+  VkSemaphore relay() const { return relay_; }
+  void SignalRelay(uint64_t value) {
+    VkSemaphoreSignalInfo si{VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO};
+    si.semaphore = relay_;
+    si.value = value;
+    CHECK_VK(vkSignalSemaphore(dev_, &si));
   }
 
  private:
@@ -150,8 +181,43 @@ class Raw {
   VkBuffer x_, y_;
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkSemaphore timeline_ = VK_NULL_HANDLE;
+  VkSemaphore relay_ = VK_NULL_HANDLE;
   uint64_t value_ = 0;
 };
+
+// The raw relay chain: `cbs[d]` are one-dispatch buffers of device d (one per
+// in-flight submission). Submission k runs on device k % 2 and waits for
+// submission k - 1 through the relay semaphore of its device, which a host
+// thread signals once k - 1 has finished. Relay values rise run after run.
+void RawRelayChain(Raw* raw[2], const std::vector<VkCommandBuffer> cbs[2], int hops, uint64_t* relay_value) {
+  std::vector<uint64_t> signalled(hops);
+  const uint64_t base = *relay_value;
+  absl::Mutex mu;
+  int published = 0;
+  std::thread relay([&] {
+    for (int k = 1; k < hops; ++k) {
+      uint64_t v;
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [&] { return published >= k; };
+        mu.Await(absl::Condition(&ready));
+        v = signalled[k - 1];
+      }
+      raw[(k - 1) % 2]->Wait(v);
+      raw[k % 2]->SignalRelay(base + k);
+    }
+  });
+  for (int k = 0; k < hops; ++k) {
+    Raw* r = raw[k % 2];
+    uint64_t v = r->Submit(cbs[k % 2][k / 2], k == 0 ? VK_NULL_HANDLE : r->relay(), base + k);
+    absl::MutexLock lock(&mu);
+    signalled[k] = v;
+    published = k + 1;
+  }
+  raw[(hops - 1) % 2]->Wait(signalled[hops - 1]);
+  relay.join();
+  *relay_value = base + hops;
+}
 
 struct Case {
   std::string name;
@@ -178,7 +244,7 @@ int Main(int argc, char** argv) {
     }
   }
   RuntimeOptions options;
-  options.accelerators = 1;
+  options.accelerators = 2;
   options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
   options.ring_capacity = static_cast<uint32_t>(std::max(n, 64));
   auto rt = Runtime::Create(options);
@@ -200,6 +266,25 @@ int Main(int argc, char** argv) {
   CHECK_OK(acc->UploadSync(y, ones.data(), kElements * 4));
 
   Raw raw(acc, pipeline, x->handle(), y->handle());
+
+  // The second accelerator, for the relay case.
+  Accelerator* acc1 = (*rt)->accelerator(1);
+  const Pipeline* pipeline1 = acc1->device().GetPipeline(kernel).value();
+  auto x1 = acc1->CreateBuffer(kElements * 4).value();
+  auto y1 = acc1->CreateBuffer(kElements * 4).value();
+  CHECK_OK(acc1->UploadSync(x1, ones.data(), kElements * 4));
+  CHECK_OK(acc1->UploadSync(y1, ones.data(), kElements * 4));
+  Raw raw1(acc1, pipeline1, x1->handle(), y1->handle());
+  Raw* raw_pair[2] = {&raw, &raw1};
+  std::vector<VkCommandBuffer> relay_cbs[2];
+  for (int d = 0; d < 2; ++d) {
+    for (int i = 0; i < (n + 1) / 2; ++i) relay_cbs[d].push_back(raw_pair[d]->Record(1, false));
+  }
+  uint64_t relay_value = 0;
+  auto one1 = acc1->CreateCommandList("one").value();
+  CHECK_OK(ops::Scale(*one1, x1, y1, kElements, 1.0f));
+  Accelerator* pair[2] = {acc, acc1};
+  std::shared_ptr<CommandList> pair_lists[2] = {nullptr, one1};
   // As Causeway does, a separate recording per in-flight replay (one
   // simultaneous-use buffer submitted n times is slower on lavapipe).
   std::vector<VkCommandBuffer> raw_ones;
@@ -209,6 +294,7 @@ int Main(int argc, char** argv) {
 
   auto one = acc->CreateCommandList("one").value();
   CHECK_OK(ops::Scale(*one, x, y, kElements, 1.0f));
+  pair_lists[0] = one;
   auto many = acc->CreateCommandList("many").value();
   for (int i = 0; i < n; ++i) {
     CHECK_OK(i % 2 == 0 ? ops::Scale(*many, x, y, kElements, 1.0f) : ops::Scale(*many, y, x, kElements, 1.0f));
@@ -247,6 +333,17 @@ int Main(int argc, char** argv) {
          raw.WaitLast();
        },
        [&] { CHECK_OK(acc->Submit(many).Await()); }, n},
+      {"relay",
+       [&] { RawRelayChain(raw_pair, relay_cbs, n, &relay_value); },
+       [&] {
+         Future<> prev;
+         for (int k = 0; k < n; ++k) {
+           Future<> waits[1] = {prev};
+           prev = pair[k % 2]->Submit(pair_lists[k % 2], absl::MakeSpan(waits, k == 0 ? 0 : 1));
+         }
+         CHECK_OK(prev.Await());
+       },
+       n},
   };
 
   std::printf("dispatch cost on %s, %d-float kernels, median of %d runs%s%s\n", acc->info().name.c_str(), kElements,
