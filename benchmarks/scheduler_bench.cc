@@ -2,26 +2,23 @@
 // is the cost of getting work onto the accelerators, not the work itself.
 //
 //   dispatch:  Pathways' dispatch microbenchmark (paper section 5.1, Figure 5).
-//              A computation is a cross-accelerator reduction of a scalar
-//              plus a scalar add; each computation's output is the next one's
-//              input. Without collectives the reduction is a chain of partial
-//              sums over n 1-wide meshes (one per accelerator): on mesh i,
-//              s_i = s_{i-1} + c_i, the partial sum moving to mesh i+1 by a
-//              transfer; then y = s_{n-1} + b on the last mesh, and the next
-//              computation's first add (on mesh 0) reads y by a transfer. A
-//              computation is thus n + 1 adds and n transfers (none for n = 1);
-//              the scalar is 4 floats.
+//              A computation is a scalar all-reduce over a mesh of n
+//              accelerators (the direct collective: each device reads every
+//              peer's value and reduces them) plus a scalar add; each
+//              computation's output is the next one's input. The reduction is
+//              a max, so values stay exact (x + 0.5 per computation); the
+//              scalar is 4 floats.
 //                OpByOp:  one program per computation, each run awaited
 //                         before the next starts (the client in the loop).
 //                Chained: one program of 128 chained computations, one run.
-//                Fused:   one program of one gang call whose function holds
-//                         the 128 computations' kernels in order (all
-//                         128 x (n + 1) adds, as KernelSteps of one Function)
-//                         on the last accelerator: what a compiler fusing the
-//                         whole loop into one program would leave. The kernels
-//                         equal Chained's; there is no per-computation
-//                         scheduling, no transfer and no wait between
-//                         accelerators. It is the bound Chained approaches.
+//                Fused:   one program of one gang call on one accelerator
+//                         whose function holds the 128 computations' kernels
+//                         in order (n adds each: as many kernels as the
+//                         all-reduce's n - 1 reductions and the add): what a
+//                         compiler fusing the whole loop into one program
+//                         would leave, with no scheduling, no copy and no
+//                         wait between accelerators. It is the bound Chained
+//                         approaches.
 //   pipeline:  S stages (1..8), each on its own accelerator, each scaling 64
 //              floats by 2, with a transfer between stages, on an island that
 //              dispatches asynchronously and on one that awaits every gang call
@@ -172,32 +169,18 @@ std::unique_ptr<Runtime> MakeRuntime(int accelerators) {
 
 // --- dispatch: Pathways Figure 5 ------------------------------------------
 
-// One mesh count of the dispatch benchmark: a client with n 1-wide meshes and
-// the three executables.
+// One mesh count of the dispatch benchmark: a client with a mesh of n
+// accelerators and the three executables.
 class Reduction {
  public:
   Reduction(Island& island, int n) : n_(n) {
     client_ = Must(island.Connect(absl::StrCat("reduce", n)), "Connect");
-    for (int i = 0; i < n; ++i) {
-      meshes_.push_back(Must(client_->AllocateMesh({1}), "AllocateMesh"));
-      for (int j = 0; j < i; ++j) {
-        if (meshes_[j]->device(0) == meshes_[i]->device(0)) {
-          Die("two meshes of the chain share an accelerator");
-        }
-      }
-    }
-    last_ = meshes_.back();
+    mesh_ = Must(client_->AllocateMesh({n}), "AllocateMesh");
+    single_ = Must(client_->AllocateMesh({1}), "AllocateMesh");
     add_ = Must(Function::Elementwise("add", {kScalar}), "add");
-    // c_i = i + 1 on mesh i, b = 0.5 on the last: a computation adds
-    // n(n+1)/2 + 0.5. The fused program has its own copies on its mesh.
-    per_computation_ = n * (n + 1) / 2.0f + 0.5f;
-    for (int i = 0; i <= n; ++i) {
-      std::vector<float> v(kScalar, i < n ? i + 1.0f : 0.5f);
-      auto mesh = i < n ? meshes_[i] : last_;
-      constants_.push_back(MakeArray(*client_, mesh, v, Sharding::Replicated(), absl::StrCat("c", i)));
-      fused_constants_.push_back(
-          MakeArray(*client_, last_, v, Sharding::Replicated(), absl::StrCat("fc", i)));
-    }
+    b_ = MakeArray(*client_, mesh_, std::vector<float>(kScalar, kStep), Sharding::Replicated(), "b");
+    fused_b_ = MakeArray(*client_, single_, std::vector<float>(kScalar, kStep), Sharding::Replicated(), "fb");
+    zero_ = MakeArray(*client_, single_, std::vector<float>(kScalar, 0.0f), Sharding::Replicated(), "zero");
     op_by_op_ = Load(ChainProgram(1));
     chained_ = Load(ChainProgram(kChain));
     fused_ = Load(FusedProgram());
@@ -206,72 +189,66 @@ class Reduction {
 
   // Each runs about `target` computations from x = 1 and checks the result;
   // returns computations per second.
-  double OpByOp(int target) { return Time(op_by_op_, 1, target, constants_, "OpByOp"); }
-  double Chained(int target) { return Time(chained_, kChain, target, constants_, "Chained"); }
-  double Fused(int target) { return Time(fused_, kChain, target, fused_constants_, "Fused"); }
+  double OpByOp(int target) { return Time(op_by_op_, 1, target, mesh_, {b_}, "OpByOp"); }
+  double Chained(int target) { return Time(chained_, kChain, target, mesh_, {b_}, "Chained"); }
+  double Fused(int target) { return Time(fused_, kChain, target, single_, {fused_b_, zero_}, "Fused"); }
 
  private:
+  static constexpr float kStep = 0.5f;
+
   std::shared_ptr<Executable> Load(absl::StatusOr<std::shared_ptr<const Program>> program) {
     return Must(client_->Load(Must(std::move(program), "Build")), "Load");
   }
 
-  // `count` chained computations. Parameters: x (last mesh), c0..c{n-1}, b.
+  // `count` chained computations: y_k = all-reduce max(x_k), x_{k+1} = y_k + b.
   absl::StatusOr<std::shared_ptr<const Program>> ChainProgram(int count) {
     ProgramBuilder b(absl::StrCat("reduce", n_, "x", count));
-    b.Parameter("x", last_, {kScalar}, DType::kF32);
-    for (int i = 0; i < n_; ++i) b.Parameter(absl::StrCat("c", i), meshes_[i], {kScalar}, DType::kF32);
-    b.Parameter("b", last_, {kScalar}, DType::kF32);
-    std::string prev = "x";
+    b.Parameter("x0", mesh_, {kScalar}, DType::kF32);
+    b.Parameter("b", mesh_, {kScalar}, DType::kF32);
     for (int k = 0; k < count; ++k) {
-      for (int i = 0; i < n_; ++i) {
-        std::string s = absl::StrCat("k", k, "s", i);
-        b.Call(s, add_, meshes_[i], {prev, absl::StrCat("c", i)}, {s});
-        prev = s;
-      }
-      std::string y = absl::StrCat("k", k, "y");
-      b.Call(y, add_, last_, {prev, "b"}, {y});
-      prev = y;
+      b.AllReduce(absl::StrCat("r", k), mesh_, absl::StrCat("x", k), absl::StrCat("y", k), ReduceOp::kMax,
+                  CollectiveAlgorithm::kDirect);
+      b.Call(absl::StrCat("a", k), add_, mesh_, {absl::StrCat("y", k), "b"}, {absl::StrCat("x", k + 1)});
     }
-    b.Output(prev);
+    b.Output(absl::StrCat("x", count));
     return b.Build();
   }
 
-  // One call of one function holding all kChain computations' adds.
-  // Parameters: x, fc0..fc{n-1}, fb, all on the last mesh.
+  // One call of one function holding all kChain computations' n adds each:
+  // x = x + 0 (n - 1 times, standing for the reductions), then x = x + b.
   absl::StatusOr<std::shared_ptr<const Program>> FusedProgram() {
     ASSIGN_OR_RETURN(auto add, BuiltinKernel("add"));
     CountParams count{kScalar};
     std::vector<uint8_t> push(sizeof(count));
     std::memcpy(push.data(), &count, sizeof(count));
-    const int out = n_ + 2;  // buffers: x, n + 1 constants, then the output
+    // Buffers: x, b, zero, then the output and a scratch to alternate with
+    // (a kernel never reads and writes one buffer).
+    const int out = 3, tmp = 4;
     std::vector<KernelStep> steps;
-    for (int k = 0; k < kChain; ++k) {
-      for (int i = 0; i <= n_; ++i) {
-        int a = k == 0 && i == 0 ? 0 : out;
-        steps.push_back({add, {a, 1 + i, out}, push, Groups1D(kScalar, 256), {}});
-      }
+    int cur = 0, kernels = kChain * n_;
+    for (int i = 0; i < kernels; ++i) {
+      int dst = (kernels - 1 - i) % 2 == 0 ? out : tmp;
+      int operand = i % n_ == n_ - 1 ? 1 : 2;
+      steps.push_back({add, {cur, operand, dst}, push, Groups1D(kScalar, 256), {}});
+      cur = dst;
     }
     TensorSpec t{{kScalar}, DType::kF32};
-    ASSIGN_OR_RETURN(auto fused,
-                     Function::Create(absl::StrCat("reduce", n_, "_fused", kChain),
-                                      std::vector<TensorSpec>(n_ + 2, t), {t}, {}, std::move(steps)));
+    ASSIGN_OR_RETURN(auto fused, Function::Create(absl::StrCat("reduce", n_, "_fused", kChain), {t, t, t}, {t}, {t},
+                                                  std::move(steps)));
     ProgramBuilder b(absl::StrCat("reduce", n_, "fused"));
-    std::vector<std::string> inputs = {"x"};
-    b.Parameter("x", last_, {kScalar}, DType::kF32);
-    for (int i = 0; i <= n_; ++i) {
-      inputs.push_back(absl::StrCat("fc", i));
-      b.Parameter(inputs.back(), last_, {kScalar}, DType::kF32);
-    }
-    b.Call("fused", fused, last_, inputs, {"y"});
+    b.Parameter("x", single_, {kScalar}, DType::kF32);
+    b.Parameter("fb", single_, {kScalar}, DType::kF32);
+    b.Parameter("zero", single_, {kScalar}, DType::kF32);
+    b.Call("fused", fused, single_, {"x", "fb", "zero"}, {"y"});
     b.Output("y");
     return b.Build();
   }
 
   // Runs `exe` (of `per_run` computations) back to back, each run's output
   // the next one's input, until at least `target` computations are done.
-  double Time(const std::shared_ptr<Executable>& exe, int per_run, int target,
+  double Time(const std::shared_ptr<Executable>& exe, int per_run, int target, const std::shared_ptr<Mesh>& mesh,
               const std::vector<ArrayRef>& consts, const char* mode) {
-    ArrayRef x = MakeArray(*client_, last_, std::vector<float>(kScalar, 1.0f), Sharding::Replicated(), "x0");
+    ArrayRef x = MakeArray(*client_, mesh, std::vector<float>(kScalar, 1.0f), Sharding::Replicated(), "x0");
     CHECK_OK(x->Await());
     std::vector<ArrayRef> inputs = {x};
     inputs.insert(inputs.end(), consts.begin(), consts.end());
@@ -284,26 +261,24 @@ class Reduction {
     }
     double seconds = Seconds(t0);
     int computations = runs * per_run;
-    ExpectEquals(inputs[0], std::vector<float>(kScalar, 1.0f + computations * per_computation_),
+    ExpectEquals(inputs[0], std::vector<float>(kScalar, 1.0f + computations * kStep),
                  absl::StrCat(mode, " on ", n_, " accelerators after ", computations, " computations"));
     return computations / seconds;
   }
 
   int n_;
   std::shared_ptr<Client> client_;
-  std::vector<std::shared_ptr<Mesh>> meshes_;
-  std::shared_ptr<Mesh> last_;
+  std::shared_ptr<Mesh> mesh_, single_;
   std::shared_ptr<const Function> add_;
-  float per_computation_ = 0;
-  std::vector<ArrayRef> constants_, fused_constants_;
+  ArrayRef b_, fused_b_, zero_;
   std::shared_ptr<Executable> op_by_op_, chained_, fused_;
 };
 
 void DispatchTable(Runtime& rt, int runs) {
   auto island = Must(Island::Create(&rt, {}), "Island::Create");
   std::printf(
-      "\n1. dispatch (Pathways Fig. 5): computations/s; a computation = reduction over n accelerators "
-      "(n adds, n transfers) + scalar add;\n   Chained and Fused run %d computations per program; "
+      "\n1. dispatch (Pathways Fig. 5): computations/s; a computation = scalar all-reduce over n "
+      "accelerators + scalar add;\n   Chained and Fused run %d computations per program; "
       "median of %d samples\n",
       kChain, runs);
   std::printf("%4s %12s %12s %12s %14s %15s\n", "n", "OpByOp", "Chained", "Fused", "Chained/Fused",

@@ -259,7 +259,37 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   absl::InlinedVector<VkSemaphore, 4> wait_sems;
   absl::InlinedVector<uint64_t, 4> wait_values;
   absl::Status status;
+  // Several inputs from other VkDevices: one host gate that opens when the
+  // last of them is done, so the queue wakes once rather than once per input.
+  absl::InlinedVector<const Future<>*, 4> remote;
   for (const Future<>& w : waits) {
+    auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
+    if (owner != nullptr && owner->device_ != device_ && !w.IsReady()) remote.push_back(&w);
+  }
+  const bool join_remote = remote.size() > 1;
+  if (join_remote) {
+    struct Join {
+      std::atomic<int> left;
+      Promise<> done;
+    };
+    auto join = std::make_shared<Join>();
+    join->left = static_cast<int>(remote.size());
+    for (const Future<>* w : remote) {
+      // Failures are the slot's to see when it retires (it checks its inputs).
+      w->OnReady([join](const absl::Status&) {
+        if (join->left.fetch_sub(1) == 1) join->done.Set(absl::OkStatus());
+      });
+    }
+    auto gate = AddHostGate(join->done.future());
+    if (gate.ok()) {
+      wait_sems.push_back(gate_->semaphore);
+      wait_values.push_back(*gate);
+    } else {
+      status = gate.status();
+    }
+  }
+  for (const Future<>& w : waits) {
+    if (!status.ok()) break;
     auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
     if (owner == nullptr) {
       if (w.IsReady()) continue;
@@ -278,6 +308,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       wait_values.push_back(w.timeline_value());
       continue;
     }
+    if (join_remote) continue;  // behind the gate above
     auto relay = RelayFrom(owner);
     if (!relay.ok()) {
       status = relay.status();

@@ -29,6 +29,12 @@ struct ScaleParams {
   uint32_t count;
   float alpha;
 };
+struct CombineParams {
+  uint32_t count;
+  uint32_t a_offset;
+  uint32_t b_offset;
+  uint32_t result_offset;
+};
 struct MatmulParams {
   uint32_t m;
   uint32_t n;

@@ -1,6 +1,10 @@
 #include "runtime/ops.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "runtime/accelerator.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/status.h"
 
@@ -35,6 +39,33 @@ absl::Status Add(CommandList& list, const BufferArg& a, const BufferArg& b, cons
 
 absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count) {
   return Elementwise("mul", list, {a, b, out}, count);
+}
+
+absl::Status Combine(CommandList& list, bool max, bool i32, const ElementRef& a, const ElementRef& b,
+                     const ElementRef& out, uint64_t count) {
+  if (count == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("combine"));
+  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
+  const uint64_t align = std::max<uint64_t>(limits.minStorageBufferOffsetAlignment, 4);
+  // Elements per dispatch: a bound range holds the piece plus at most
+  // align - 4 bytes of lead-in before it.
+  const uint64_t per_dispatch = std::min<uint64_t>((limits.maxStorageBufferRange - align) / 4, 1u << 30);
+  const SpecValues spec = {{1, max ? 1u : 0u}, {2, i32 ? 1u : 0u}};
+  for (uint64_t done = 0; done < count; done += per_dispatch) {
+    const uint64_t n = std::min(per_dispatch, count - done);
+    uint32_t lead[3];
+    std::vector<BufferArg> args;
+    const ElementRef* refs[3] = {&a, &b, &out};
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t byte = (refs[i]->offset + done) * 4;
+      const uint64_t base = byte - byte % align;
+      lead[i] = static_cast<uint32_t>((byte - base) / 4);
+      args.emplace_back(refs[i]->buffer, base, byte - base + n * 4);
+    }
+    CombineParams params{static_cast<uint32_t>(n), lead[0], lead[1], lead[2]};
+    RETURN_IF_ERROR(list.Dispatch(kernel, std::move(args), params, Groups1D(n, kLocal), spec));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha) {

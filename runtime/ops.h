@@ -8,6 +8,7 @@
 #define CAUSEWAY_RUNTIME_OPS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "runtime/command_list.h"
@@ -21,6 +22,17 @@ absl::Status CopyWords(CommandList& list, const BufferArg& src, const BufferArg&
 // out = a + b, out = a * b (f32, elementwise).
 absl::Status Add(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count);
 absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& out, uint32_t count);
+// A place in a buffer, in 32-bit elements.
+struct ElementRef {
+  std::shared_ptr<Buffer> buffer;
+  uint64_t offset = 0;  // elements
+};
+// out[i] = op(a[i], b[i]) for i < count, op a sum or (`max`) a max over f32
+// or (`i32`) i32 words. Binds each operand from an offset aligned for
+// storage buffers, in as many dispatches as the device's binding limit
+// needs, so the buffers may be of any size. `out` must not overlap a or b.
+absl::Status Combine(CommandList& list, bool max, bool i32, const ElementRef& a, const ElementRef& b,
+                     const ElementRef& out, uint64_t count);
 // y = alpha * x.
 absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha);
 // out[0] = sum of x[0..count). `scratch` holds at least ReduceSumScratch(count) floats.

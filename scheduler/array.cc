@@ -86,7 +86,8 @@ absl::StatusOr<std::shared_ptr<Array>> Array::Create(std::shared_ptr<Mesh> mesh,
   }
   absl::MutexLock lock(&a->mu_);
   for (Accelerator* d : a->mesh_->devices()) {
-    ASSIGN_OR_RETURN(auto buffer, d->CreateBuffer(std::max<uint64_t>(a->shard_bytes_, 4)));
+    // Whole words, so that a shard can be filled (zeroed) as one range.
+    ASSIGN_OR_RETURN(auto buffer, d->CreateBuffer(std::max<uint64_t>((a->shard_bytes_ + 3) / 4 * 4, 4)));
     a->shards_.push_back(std::move(buffer));
   }
   a->writes_.resize(a->shards_.size());

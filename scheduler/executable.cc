@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/ops.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
@@ -44,10 +45,11 @@ absl::Status RunState::Await(absl::Time deadline) {
 Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances)
     : program_(std::move(program)), client_(client), max_instances_(std::max(1, instances)) {
   // One submission per device for each run of steps on the same mesh: on
-  // lavapipe a submission costs ten times a dispatch inside a list.
+  // lavapipe a submission costs ten times a dispatch inside a list. A step
+  // that waits on other devices (a collective phase) begins a new one.
   const auto& steps = program_->steps();
   for (size_t s = 0; s < steps.size(); ++s) {
-    if (!groups_.empty() && steps[groups_.back().first].mesh == steps[s].mesh) {
+    if (!groups_.empty() && steps[groups_.back().first].mesh == steps[s].mesh && !steps[s].waits_on_peers()) {
       groups_.back().second = s + 1;
     } else {
       groups_.emplace_back(s, s + 1);
@@ -111,9 +113,53 @@ absl::StatusOr<std::vector<BufferArg>> Executable::StepBuffers(const std::vector
   return buffers;
 }
 
+absl::Status Executable::RecordCollective(CommandList& list, const std::vector<ArrayRef>& values,
+                                          const Instance& inst, size_t s, int d) const {
+  const ProgramStep& step = program_->steps()[s];
+  const CollectivePlan& plan = *step.collective;
+  const uint64_t elem = DTypeSize(plan.dtype);
+  auto buffer = [&](CollectiveOp::Buffer b, int device) -> absl::StatusOr<std::shared_ptr<Buffer>> {
+    switch (b) {
+      case CollectiveOp::kIn:
+        return values[step.inputs[0]]->shard(device);
+      case CollectiveOp::kOut:
+        return values[step.outputs[0]]->shard(device);
+      case CollectiveOp::kWork:
+        return inst.scratch[s][device][0];
+      case CollectiveOp::kRecv:
+        return inst.scratch[s][device][1];
+    }
+    return absl::InternalError("unknown collective buffer");
+  };
+  for (const CollectiveOp& op : plan.phases[step.phase].ops[d]) {
+    if (op.elements == 0) continue;
+    ASSIGN_OR_RETURN(auto dst, buffer(op.dst, d));
+    switch (op.kind) {
+      case CollectiveOp::kCopy: {
+        ASSIGN_OR_RETURN(auto src, buffer(op.src, op.src_device));
+        RETURN_IF_ERROR(list.Copy(BufferArg(src, op.src_offset * elem, op.elements * elem),
+                                  BufferArg(dst, op.dst_offset * elem, op.elements * elem)));
+        break;
+      }
+      case CollectiveOp::kZero:
+        RETURN_IF_ERROR(list.Fill(BufferArg(dst), 0));
+        break;
+      case CollectiveOp::kCombine: {
+        ASSIGN_OR_RETURN(auto a, buffer(op.a, d));
+        ASSIGN_OR_RETURN(auto b, buffer(op.src, d));
+        RETURN_IF_ERROR(ops::Combine(list, plan.options.op == ReduceOp::kMax, plan.dtype == DType::kI32,
+                                     {a, op.a_offset}, {b, op.src_offset}, {dst, op.dst_offset}, op.elements));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
                                     size_t s, int d) const {
   const ProgramStep& step = program_->steps()[s];
+  if (step.kind == ProgramStep::kCollective) return RecordCollective(list, values, inst, s, d);
   ASSIGN_OR_RETURN(std::vector<BufferArg> buffers, StepBuffers(values, inst, s, d));
   if (step.kind == ProgramStep::kTransfer) return list.Copy(buffers[0], buffers[1]);
   return step.function->Record(list, buffers);
@@ -135,6 +181,22 @@ absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance()
   for (size_t s = 0; s < steps.size(); ++s) {
     const ProgramStep& step = steps[s];
     inst->scratch[s].resize(step.mesh->size());
+    if (step.kind == ProgramStep::kCollective) {
+      // One set per collective, shared by its phases: work, then recv.
+      if (step.phase > 0) {
+        inst->scratch[s] = inst->scratch[s - 1];
+        continue;
+      }
+      const uint64_t elem = DTypeSize(step.collective->dtype);
+      for (int d = 0; d < step.mesh->size(); ++d) {
+        for (uint64_t elements : {step.collective->work_elements, step.collective->recv_elements}) {
+          ASSIGN_OR_RETURN(auto b, step.mesh->device(d)->CreateBuffer(std::max<uint64_t>(elements * elem, 4)));
+          inst->bytes += b->reserved_size();
+          inst->scratch[s][d].push_back(std::move(b));
+        }
+      }
+      continue;
+    }
     if (step.kind != ProgramStep::kCall) continue;
     for (int d = 0; d < step.mesh->size(); ++d) {
       for (const TensorSpec& t : step.function->scratch()) {
@@ -228,6 +290,7 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   }
 
   auto run = std::make_shared<RunState>();
+  run->step_futures_.resize(program_->steps().size());
   run->executable_ = shared_from_this();
   run->client_ = client_;
   run->instance_ = inst;
@@ -270,15 +333,34 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     }
     absl::InlinedVector<Future<>, 4> waits;
     for (int v : external) waits.push_back(run.values_[v]->ShardReady(d));
+    const ProgramStep& head = steps[first];
+    if (head.kind == ProgramStep::kCollective) {
+      // The peers this device reads from: their input (first phase) or
+      // their part of the phase before.
+      for (int peer : head.collective->phases[head.phase].waits[d]) {
+        waits.push_back(head.phase == 0 ? run.values_[head.inputs[0]]->ShardReady(peer)
+                                        : run.step_futures_[first - 1][peer]);
+      }
+    }
     Future<> f = acc->Submit(list, waits, {on_device_time});
     for (size_t s = first; s < last; ++s) {
-      if (steps[s].kind == ProgramStep::kTransfer &&
-          program_->values()[steps[s].inputs[0]].kind == ProgramValue::kParameter) {
-        run.values_[steps[s].inputs[0]]->AddReader(d, f);  // the client's array: its next upload waits
+      if (steps[s].kind == ProgramStep::kCall ||
+          program_->values()[steps[s].inputs[0]].kind != ProgramValue::kParameter) {
+        continue;
+      }
+      // The client's array: its next upload waits for this read.
+      if (steps[s].kind == ProgramStep::kTransfer) run.values_[steps[s].inputs[0]]->AddReader(d, f);
+      if (steps[s].kind == ProgramStep::kCollective) {
+        for (const CollectiveOp& op : steps[s].collective->phases[steps[s].phase].ops[d]) {
+          if (op.kind == CollectiveOp::kCopy && op.src == CollectiveOp::kIn) {
+            run.values_[steps[s].inputs[0]]->AddReader(op.src_device, f);
+          }
+        }
       }
     }
     futures.push_back(std::move(f));
   }
+  for (size_t s = first; s < last; ++s) run.step_futures_[s] = futures;
   for (size_t s = first; s < last; ++s) {
     for (int v : steps[s].outputs) run.values_[v]->EndWrite(futures);
   }

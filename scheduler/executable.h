@@ -85,6 +85,10 @@ class RunState {
   std::shared_ptr<ExecutableInstance> instance_;
   std::vector<ArrayRef> values_;  // per program value
   size_t next_step_ = 0;          // guarded by the scheduler's lock
+  // Per program step, its submissions' futures (one per device of its mesh),
+  // set as it is dispatched; read by later collective phases. Touched only by
+  // the dispatching thread.
+  std::vector<std::vector<Future<>>> step_futures_;
 
   mutable absl::Mutex mu_;
   bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
@@ -134,6 +138,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
                                                      size_t s, int d) const;
   absl::Status RecordStep(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst, size_t s,
                           int d) const;
+  absl::Status RecordCollective(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
+                                size_t s, int d) const;
   bool StepIsStatic(size_t s) const;
   absl::Status RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
                               size_t g, int d) const;

@@ -22,7 +22,8 @@ std::string Program::DebugString() const {
     std::vector<std::string> in, outs;
     for (int v : s.inputs) in.push_back(values_[v].name);
     for (int v : s.outputs) outs.push_back(values_[v].name);
-    absl::StrAppend(&out, "  ", s.kind == ProgramStep::kCall ? "call " : "transfer ", s.node, " on ",
+    const char* kind = s.kind == ProgramStep::kCall ? "call " : s.kind == ProgramStep::kTransfer ? "transfer " : "collective ";
+    absl::StrAppend(&out, "  ", kind, s.node, " on ",
                     s.mesh->DebugString(), ": (", absl::StrJoin(in, ", "), ") -> (", absl::StrJoin(outs, ", "), ")\n");
   }
   return out;
@@ -45,6 +46,64 @@ ProgramBuilder& ProgramBuilder::Call(std::string node, std::shared_ptr<const Fun
 ProgramBuilder& ProgramBuilder::Output(std::string value) {
   outputs_.push_back(std::move(value));
   return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Collective(std::string node, CollectiveKind kind, std::shared_ptr<Mesh> mesh,
+                                           std::string input, std::string output, CollectiveOptions options) {
+  Node n;
+  n.name = std::move(node);
+  n.mesh = std::move(mesh);
+  n.inputs = {std::move(input)};
+  n.outputs = {std::move(output)};
+  n.collective = true;
+  n.collective_kind = kind;
+  n.collective_options = std::move(options);
+  nodes_.push_back(std::move(n));
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::AllReduce(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                          std::string output, ReduceOp op, CollectiveAlgorithm algorithm) {
+  CollectiveOptions options;
+  options.op = op;
+  options.algorithm = algorithm;
+  return Collective(std::move(node), CollectiveKind::kAllReduce, std::move(mesh), std::move(input),
+                    std::move(output), std::move(options));
+}
+
+ProgramBuilder& ProgramBuilder::AllGather(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                          std::string output, CollectiveAlgorithm algorithm) {
+  CollectiveOptions options;
+  options.algorithm = algorithm;
+  return Collective(std::move(node), CollectiveKind::kAllGather, std::move(mesh), std::move(input),
+                    std::move(output), std::move(options));
+}
+
+ProgramBuilder& ProgramBuilder::ReduceScatter(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                              std::string output, ReduceOp op, CollectiveAlgorithm algorithm) {
+  CollectiveOptions options;
+  options.op = op;
+  options.algorithm = algorithm;
+  return Collective(std::move(node), CollectiveKind::kReduceScatter, std::move(mesh), std::move(input),
+                    std::move(output), std::move(options));
+}
+
+ProgramBuilder& ProgramBuilder::Broadcast(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                          std::string output, int root, CollectiveAlgorithm algorithm) {
+  CollectiveOptions options;
+  options.root = root;
+  options.algorithm = algorithm;
+  return Collective(std::move(node), CollectiveKind::kBroadcast, std::move(mesh), std::move(input),
+                    std::move(output), std::move(options));
+}
+
+ProgramBuilder& ProgramBuilder::CollectivePermute(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                                  std::string output, std::vector<std::pair<int, int>> pairs) {
+  CollectiveOptions options;
+  options.pairs = std::move(pairs);
+  options.algorithm = CollectiveAlgorithm::kDirect;
+  return Collective(std::move(node), CollectiveKind::kPermute, std::move(mesh), std::move(input),
+                    std::move(output), std::move(options));
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
@@ -83,16 +142,26 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     if (!node_index.emplace(node.name, static_cast<int>(n)).second) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is defined twice"));
     }
-    if (node.function == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": no function"));
-    RETURN_IF_ERROR(check_mesh(what, node.mesh));
-    const Function& f = *node.function;
-    if (node.inputs.size() != f.inputs().size()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' takes ", f.inputs().size(),
-                                                     " inputs, given ", node.inputs.size()));
+    if (node.function == nullptr && !node.collective) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no function"));
     }
-    if (node.outputs.size() != f.outputs().size()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' gives ", f.outputs().size(),
-                                                     " outputs, named ", node.outputs.size()));
+    RETURN_IF_ERROR(check_mesh(what, node.mesh));
+    if (node.collective) {
+      if (node.mesh->dims().size() != 1) {
+        return absl::UnimplementedError(absl::StrCat(what, ": ", CollectiveKindName(node.collective_kind),
+                                                     " over ", node.mesh->DebugString(),
+                                                     ": collectives run over 1-D meshes only so far"));
+      }
+    } else {
+      const Function& f = *node.function;
+      if (node.inputs.size() != f.inputs().size()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' takes ",
+                                                       f.inputs().size(), " inputs, given ", node.inputs.size()));
+      }
+      if (node.outputs.size() != f.outputs().size()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' gives ",
+                                                       f.outputs().size(), " outputs, named ", node.outputs.size()));
+      }
     }
     for (const std::string& out : node.outputs) {
       if (producer.contains(out)) {
@@ -144,10 +213,76 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
 
   // Lower in that order: check shapes and types, insert transfers.
   absl::flat_hash_map<std::pair<int, uint64_t>, int> transferred;  // (value, mesh id) -> value id
+  // Value `v` as it is on `mesh`: itself, or its copy made by a transfer step.
+  auto on_mesh = [&](const std::string& what, int v, const std::shared_ptr<Mesh>& mesh) -> absl::StatusOr<int> {
+    const ProgramValue value = p.values_[v];
+    if (value.mesh == mesh) return v;
+    if (value.mesh->dims() != mesh->dims()) {
+      return absl::UnimplementedError(absl::StrCat(
+          what, ": input '", value.name, "' lives on ", value.mesh->DebugString(), " and the node runs on ",
+          mesh->DebugString(), "; moving arrays between meshes of different shapes (resharding) is not "
+          "supported yet"));
+    }
+    if (value.mesh->island() != mesh->island()) {
+      return absl::UnimplementedError(absl::StrCat(what, ": input '", value.name, "' is on island '",
+                                                   value.mesh->island(), "'; transfers between islands are "
+                                                   "not supported yet"));
+    }
+    auto key = std::make_pair(v, mesh->id());
+    auto it = transferred.find(key);
+    if (it == transferred.end()) {
+      ProgramValue moved = value;
+      moved.name = absl::StrCat(value.name, "@mesh", mesh->id());
+      moved.kind = ProgramValue::kIntermediate;
+      moved.mesh = mesh;
+      int id = static_cast<int>(p.values_.size());
+      p.values_.push_back(moved);
+      ProgramStep transfer;
+      transfer.kind = ProgramStep::kTransfer;
+      transfer.node = moved.name;
+      transfer.mesh = mesh;
+      transfer.inputs = {v};
+      transfer.outputs = {id};
+      p.steps_.push_back(std::move(transfer));
+      it = transferred.emplace(key, id).first;
+    }
+    return it->second;
+  };
   for (int n : order) {
     const Node& node = nodes_[n];
-    const Function& f = *node.function;
     std::string what = absl::StrCat("node '", node.name, "'");
+    if (node.collective) {
+      ASSIGN_OR_RETURN(int v, on_mesh(what, value_ids.at(node.inputs[0]), node.mesh));
+      const ProgramValue in = p.values_[v];
+      auto shard = ShardShape(in.shape, in.sharding, *node.mesh);
+      if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", shard.status().message()));
+      auto plan = PlanCollective(node.collective_kind, node.collective_options, node.mesh->size(), *shard, in.dtype);
+      if (!plan.ok()) {
+        return absl::Status(plan.status().code(), absl::StrCat(what, ": ", plan.status().message()));
+      }
+      ASSIGN_OR_RETURN(Shape out_shard, CollectiveOutputShard(node.collective_kind, node.mesh->size(), *shard));
+      Sharding sharding = Sharding::Replicated();
+      if (node.collective_kind == CollectiveKind::kReduceScatter) sharding = Sharding::Split(0);
+      if (node.collective_kind == CollectiveKind::kPermute) sharding = in.sharding;
+      int id = static_cast<int>(p.values_.size());
+      value_ids[node.outputs[0]] = id;
+      p.values_.push_back({node.outputs[0], ProgramValue::kIntermediate, node.mesh,
+                           GlobalShape(out_shard, sharding, *node.mesh), in.dtype, sharding});
+      const size_t phases = (*plan)->phases.size();
+      for (size_t ph = 0; ph < phases; ++ph) {
+        ProgramStep step;
+        step.kind = ProgramStep::kCollective;
+        step.node = phases == 1 ? node.name : absl::StrCat(node.name, "/", ph);
+        step.mesh = node.mesh;
+        step.inputs = {v};
+        step.outputs = {id};
+        step.collective = *plan;
+        step.phase = static_cast<int>(ph);
+        p.steps_.push_back(std::move(step));
+      }
+      continue;
+    }
+    const Function& f = *node.function;
     ProgramStep call;
     call.kind = ProgramStep::kCall;
     call.node = node.name;
@@ -161,32 +296,7 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
                                                        DTypeName(value.dtype), " but function '", f.name(),
                                                        "' expects ", DTypeName(f.inputs()[i].dtype)));
       }
-      if (value.mesh != node.mesh) {
-        if (value.mesh->dims() != node.mesh->dims()) {
-          return absl::UnimplementedError(absl::StrCat(
-              what, ": input '", value.name, "' lives on ", value.mesh->DebugString(), " and the node runs on ",
-              node.mesh->DebugString(), "; moving arrays between meshes of different shapes (resharding) is not "
-              "supported yet"));
-        }
-        if (value.mesh->island() != node.mesh->island()) {
-          return absl::UnimplementedError(absl::StrCat(what, ": input '", value.name, "' is on island '",
-                                                       value.mesh->island(), "'; transfers between islands are "
-                                                       "not supported yet"));
-        }
-        auto key = std::make_pair(v, node.mesh->id());
-        auto it = transferred.find(key);
-        if (it == transferred.end()) {
-          ProgramValue moved = value;
-          moved.name = absl::StrCat(value.name, "@mesh", node.mesh->id());
-          moved.kind = ProgramValue::kIntermediate;
-          moved.mesh = node.mesh;
-          int id = static_cast<int>(p.values_.size());
-          p.values_.push_back(moved);
-          p.steps_.push_back({ProgramStep::kTransfer, moved.name, nullptr, node.mesh, {v}, {id}});
-          it = transferred.emplace(key, id).first;
-        }
-        v = it->second;
-      }
+      ASSIGN_OR_RETURN(v, on_mesh(what, v, node.mesh));
       auto shard = ShardShape(value.shape, value.sharding, *node.mesh);
       if (!shard.ok() || *shard != f.inputs()[i].shape) {
         return absl::InvalidArgumentError(absl::StrCat(

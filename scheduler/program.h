@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/array.h"
+#include "scheduler/collectives.h"
 #include "scheduler/function.h"
 #include "scheduler/mesh.h"
 
@@ -26,15 +27,27 @@ struct ProgramValue {
 };
 
 // One gang call of a lowered program: a function call on every device of its
-// mesh, or a transfer (a value copied shard by shard to another mesh).
+// mesh, a transfer (a value copied shard by shard to another mesh), or one
+// phase of a collective.
 struct ProgramStep {
-  enum Kind { kCall, kTransfer };
+  enum Kind { kCall, kTransfer, kCollective };
   Kind kind = kCall;
-  std::string node;  // the builder's node name ("x@mesh2" for transfers)
+  std::string node;  // the builder's node name ("x@mesh2" for transfers, "node/phase2" for collectives)
   std::shared_ptr<const Function> function;  // kCall
   std::shared_ptr<Mesh> mesh;                // where it runs
   std::vector<int> inputs;                   // value ids
   std::vector<int> outputs;
+  std::shared_ptr<const CollectivePlan> collective;  // kCollective
+  int phase = 0;                                     // kCollective: which of the plan's phases
+  // Whether a device's part waits for other devices (a collective phase
+  // over several): such a step always begins a gang call of its own.
+  bool waits_on_peers() const {
+    if (kind != kCollective) return false;
+    for (const auto& w : collective->phases[phase].waits) {
+      if (!w.empty()) return true;
+    }
+    return false;
+  }
 };
 
 // Immutable after Build.
@@ -82,6 +95,24 @@ class ProgramBuilder {
                        std::vector<Sharding> output_shardings = {});
   ProgramBuilder& Output(std::string value);
 
+  // A collective over the devices of `mesh` (1-D) on `input` (moved to
+  // `mesh` first if it lives on another mesh of the same shape); see
+  // collectives.h for what each computes and the output's shape and sharding.
+  ProgramBuilder& Collective(std::string node, CollectiveKind kind, std::shared_ptr<Mesh> mesh, std::string input,
+                             std::string output, CollectiveOptions options = {});
+  ProgramBuilder& AllReduce(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
+                            ReduceOp op = ReduceOp::kSum,
+                            CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto);
+  ProgramBuilder& AllGather(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
+                            CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto);
+  ProgramBuilder& ReduceScatter(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                std::string output, ReduceOp op = ReduceOp::kSum,
+                                CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto);
+  ProgramBuilder& Broadcast(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
+                            int root = 0, CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto);
+  ProgramBuilder& CollectivePermute(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                    std::string output, std::vector<std::pair<int, int>> pairs);
+
   absl::StatusOr<std::shared_ptr<const Program>> Build() const;
 
  private:
@@ -94,10 +125,13 @@ class ProgramBuilder {
   };
   struct Node {
     std::string name;
-    std::shared_ptr<const Function> function;
+    std::shared_ptr<const Function> function;  // null for a collective
     std::shared_ptr<Mesh> mesh;
     std::vector<std::string> inputs, outputs;
     std::vector<Sharding> output_shardings;
+    bool collective = false;
+    CollectiveKind collective_kind = CollectiveKind::kAllReduce;
+    CollectiveOptions collective_options;
   };
   std::string name_;
   std::vector<Param> params_;

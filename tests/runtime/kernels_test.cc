@@ -459,6 +459,62 @@ TEST_F(KernelsTest, DispatchOnBufferSubRanges) {
   EXPECT_TRUE(WordsEqual(got_a, Bits(a)));
 }
 
+// Tests combine (sum and max over f32 and i32) at unaligned element offsets
+// into three buffers: exactly the range is written, each result equals the
+// CPU's op on the same words.
+TEST_F(KernelsTest, CombineAtUnalignedOffsetsMatchesCpu) {
+  const uint32_t total = 4096, len = 1001;
+  const uint64_t a_off = 3, b_off = 130, out_off = 17;  // elements, not aligned
+  std::vector<float> af = RandomFloats(total, 31), bf = RandomFloats(total, 32);
+  std::vector<uint32_t> ai = RandomWords(total, 33), bi = RandomWords(total, 34);
+  for (bool i32 : {false, true}) {
+    for (bool max : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(i32 ? "i32" : "f32", max ? " max" : " sum"));
+      std::vector<uint32_t> a = i32 ? ai : Bits(af), b = i32 ? bi : Bits(bf);
+      ASSERT_OK_AND_ASSIGN(auto ab, NewBuffer(acc_, a));
+      ASSERT_OK_AND_ASSIGN(auto bb, NewBuffer(acc_, b));
+      ASSERT_OK_AND_ASSIGN(auto out, SentinelBuffer(acc_, total));
+      ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+        return ops::Combine(list, max, i32, {ab, a_off}, {bb, b_off}, {out, out_off}, len);
+      }));
+      std::vector<uint32_t> want(total, kSentinel);
+      for (uint32_t i = 0; i < len; ++i) {
+        uint32_t x = a[a_off + i], y = b[b_off + i];
+        if (i32) {
+          int32_t sx = static_cast<int32_t>(x), sy = static_cast<int32_t>(y);
+          want[out_off + i] = static_cast<uint32_t>(max ? std::max(sx, sy) : static_cast<int32_t>(x + y));
+        } else {
+          float fx = std::bit_cast<float>(x), fy = std::bit_cast<float>(y);
+          want[out_off + i] = Bits(max ? std::max(fx, fy) : fx + fy);
+        }
+      }
+      ASSERT_OK_AND_ASSIGN(auto got, Read<uint32_t>(acc_, out));
+      EXPECT_TRUE(WordsEqual(got, want));
+    }
+  }
+}
+
+// Tests that combine splits a range larger than one storage binding allows
+// (lavapipe: 128 MiB) into several dispatches, leaving nothing out.
+TEST_F(KernelsTest, CombineBeyondTheBindingLimit) {
+  const uint64_t limit = acc_->info().limits.maxStorageBufferRange;
+  const uint64_t count = limit / 4 + 1000, offset = 5;  // elements
+  const uint64_t bytes = (count + offset) * 4;
+  ASSERT_OK_AND_ASSIGN(auto a, acc_->CreateBuffer(bytes));
+  ASSERT_OK_AND_ASSIGN(auto b, acc_->CreateBuffer(bytes));
+  ASSERT_OK_AND_ASSIGN(auto out, acc_->CreateBuffer(bytes));
+  ASSERT_OK(RunList(acc_, [&](CommandList& list) -> absl::Status {
+    RETURN_IF_ERROR(list.Fill(a, Bits(1.5f)));
+    RETURN_IF_ERROR(list.Fill(b, Bits(2.0f)));
+    RETURN_IF_ERROR(list.Fill(out, kSentinel));
+    return ops::Combine(list, /*max=*/false, /*i32=*/false, {a, offset}, {b, offset}, {out, offset}, count);
+  }));
+  std::vector<uint32_t> got(count + offset);
+  ASSERT_OK(acc_->DownloadSync(out, got.data(), bytes));
+  for (uint64_t i = 0; i < offset; ++i) ASSERT_EQ(got[i], kSentinel) << i;
+  for (uint64_t i = offset; i < count + offset; ++i) ASSERT_EQ(got[i], Bits(3.5f)) << i;
+}
+
 // Tests matmul with each operand at a different aligned offset into one
 // shared buffer.
 TEST_F(KernelsTest, MatmulOnSubRangesOfOneBuffer) {
