@@ -76,6 +76,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   self->gate_ = std::make_shared<HostGate>();
   self->gate_->device = device;
   VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->gate_->semaphore));
+  RegisterHostSignalledSemaphore(self->gate_->semaphore);
 
   PoolOptions pool;
   pool.kind = MemoryKind::kDevice;
@@ -119,7 +120,10 @@ Accelerator::~Accelerator() {
   }
   {
     absl::MutexLock lock(&relay_mu_);
-    for (auto& [src, relay] : relays_) vkDestroySemaphore(device_->handle(), relay.semaphore, nullptr);
+    for (auto& [src, relay] : relays_) {
+      UnregisterHostSignalledSemaphore(relay.semaphore);
+      vkDestroySemaphore(device_->handle(), relay.semaphore, nullptr);
+    }
   }
   gate_.reset();
   // Imports and pools go before the semaphore; peers' caches drop our blocks
@@ -422,7 +426,9 @@ void Accelerator::HostGate::Resolve(uint64_t value) {
 }
 
 Accelerator::HostGate::~HostGate() {
-  if (semaphore != VK_NULL_HANDLE) vkDestroySemaphore(device->handle(), semaphore, nullptr);
+  if (semaphore == VK_NULL_HANDLE) return;
+  UnregisterHostSignalledSemaphore(semaphore);
+  vkDestroySemaphore(device->handle(), semaphore, nullptr);
 }
 
 absl::Status Accelerator::KnownStatus(uint64_t value) const {
@@ -455,6 +461,7 @@ absl::StatusOr<VkSemaphore> Accelerator::RelayFrom(const Accelerator* source) {
       relays_.erase(source);
       return VkStatus(r, "creating a relay semaphore");
     }
+    RegisterHostSignalledSemaphore(relay.semaphore);
   }
   return relay.semaphore;
 }

@@ -1,6 +1,7 @@
 #include "runtime/command_list.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
@@ -138,14 +139,7 @@ absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, 
 }
 
 absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
-  RETURN_IF_ERROR(CheckAppendable());
   if (src.buffer == nullptr || dst.buffer == nullptr) return absl::InvalidArgumentError("Copy: null buffer");
-  if (dst.buffer->accelerator() != accelerator_) {
-    return absl::InvalidArgumentError(absl::StrCat("Copy: the destination lives on accelerator ",
-                                                   dst.buffer->accelerator()->index(),
-                                                   "; a command list copies into its own accelerator (",
-                                                   accelerator_->index(), ")"));
-  }
   for (const BufferArg* a : {&src, &dst}) {
     if (!InBuffer(*a)) {
       return absl::OutOfRangeError(absl::StrCat("Copy: range [", a->offset, ", +", a->size,
@@ -157,16 +151,45 @@ absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
     return absl::InvalidArgumentError(absl::StrCat("Copy: source has ", size, " bytes, destination ",
                                                    dst.resolved_size(), " (they must match and be > 0)"));
   }
+  return CopyRegions(src.buffer, dst.buffer, {{src.offset, dst.offset, size}});
+}
+
+absl::Status CommandList::CopyRegions(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buffer>& dst,
+                                      std::vector<CopyRegion> regions) {
+  RETURN_IF_ERROR(CheckAppendable());
+  if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("Copy: null buffer");
+  if (dst->accelerator() != accelerator_) {
+    return absl::InvalidArgumentError(absl::StrCat("Copy: the destination lives on accelerator ",
+                                                   dst->accelerator()->index(),
+                                                   "; a command list copies into its own accelerator (",
+                                                   accelerator_->index(), ")"));
+  }
+  if (regions.empty()) return absl::InvalidArgumentError("Copy: no regions");
   Command c{Command::kCopy};
-  c.args = {BufferArg(src.buffer, src.offset, size), BufferArg(dst.buffer, dst.offset, size)};
+  uint64_t src_lo = UINT64_MAX, src_hi = 0, dst_lo = UINT64_MAX, dst_hi = 0;
+  for (const CopyRegion& r : regions) {
+    if (r.size == 0 || r.src_offset > src->size() || r.size > src->size() - r.src_offset ||
+        r.dst_offset > dst->size() || r.size > dst->size() - r.dst_offset) {
+      return absl::OutOfRangeError(absl::StrCat("Copy: region of ", r.size, " bytes from ", r.src_offset, " to ",
+                                                r.dst_offset, " is empty or outside buffers of ", src->size(),
+                                                " and ", dst->size(), " bytes"));
+    }
+    src_lo = std::min(src_lo, r.src_offset);
+    src_hi = std::max(src_hi, r.src_offset + r.size);
+    dst_lo = std::min(dst_lo, r.dst_offset);
+    dst_hi = std::max(dst_hi, r.dst_offset + r.size);
+    c.regions.push_back({r.src_offset, r.dst_offset, r.size});
+  }
+  // The ranges touched, for hazards and the acquire of imported memory.
+  c.args = {BufferArg(src, src_lo, src_hi - src_lo), BufferArg(dst, dst_lo, dst_hi - dst_lo)};
   c.name = "copy";
-  Accelerator* from = src.buffer->accelerator();
-  switch (accelerator_->PathFor(*src.buffer)) {
+  Accelerator* from = src->accelerator();
+  switch (accelerator_->PathFor(*src)) {
     case CopyPath::kSameQueue:
     case CopyPath::kSameDevice:
       break;
     case CopyPath::kExternalMemory: {
-      ASSIGN_OR_RETURN(c.imported, accelerator_->imports_->Get(from->device_pool(), *src.buffer->block()));
+      ASSIGN_OR_RETURN(c.imported, accelerator_->imports_->Get(from->device_pool(), *src->block()));
       c.name = "copy-import";
       break;
     }
@@ -253,6 +276,7 @@ absl::Status CommandList::Record(Recording* r) {
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
     qi.queryCount = query_count;
     VK_RETURN_IF_ERROR(vkCreateQueryPool(dev, &qi, nullptr, &r->queries));
+    ASSIGN_OR_RETURN(r->query_results, accelerator_->CreateStagingBuffer(uint64_t{query_count} * 8, true));
   }
   // Descriptor sets, when the device cannot push them.
   std::vector<VkDescriptorSet> sets(commands_.size(), VK_NULL_HANDLE);
@@ -374,12 +398,13 @@ absl::Status CommandList::Record(Recording* r) {
       }
       case Command::kCopy: {
         VkBuffer src = c.args[0].buffer->handle();
-        uint64_t src_offset = c.args[0].offset;
+        uint64_t src_offset = c.args[0].offset, shift = 0;
         if (c.imported) {
           // The peer's memory, reached through this device's import of its
           // whole block; acquire it from the external queue family first.
           src = c.imported->buffer;
-          src_offset += c.args[0].buffer->block_offset();
+          shift = c.args[0].buffer->block_offset();
+          src_offset += shift;
           VkBufferMemoryBarrier acquire{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
           acquire.srcAccessMask = 0;
           acquire.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
@@ -391,8 +416,10 @@ absl::Status CommandList::Record(Recording* r) {
           vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 0,
                                nullptr, 1, &acquire, 0, nullptr);
         }
-        VkBufferCopy region{src_offset, c.args[1].offset, c.args[0].size};
-        vkCmdCopyBuffer(r->cb, src, c.args[1].buffer->handle(), 1, &region);
+        std::vector<VkBufferCopy> regions = c.regions;
+        for (VkBufferCopy& region : regions) region.srcOffset += shift;
+        vkCmdCopyBuffer(r->cb, src, c.args[1].buffer->handle(), static_cast<uint32_t>(regions.size()),
+                        regions.data());
         break;
       }
       case Command::kFill:
@@ -403,6 +430,16 @@ absl::Status CommandList::Record(Recording* r) {
   }
   if (r->queries != VK_NULL_HANDLE && !per_command) {
     vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 1);
+  }
+  if (r->queries != VK_NULL_HANDLE) {
+    VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    before.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0,
+                         nullptr, 0, nullptr);
+    vkCmdCopyQueryPoolResults(r->cb, r->queries, 0, query_count, r->query_results->handle(), 0, sizeof(uint64_t),
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    writes_host_memory = true;
   }
   if (writes_host_memory) {
     // Make what was written to host-visible memory (downloads) visible to
@@ -421,10 +458,7 @@ int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint
   if (r->queries == VK_NULL_HANDLE) return -1;
   const bool per_command = r->timing == Timing::kCommands;
   absl::InlinedVector<uint64_t, 8> ticks(per_command ? 2 * commands_.size() : 2);
-  VkResult res = vkGetQueryPoolResults(accelerator_->device().handle(), r->queries, 0,
-                                       static_cast<uint32_t>(ticks.size()), ticks.size() * sizeof(uint64_t),
-                                       ticks.data(), sizeof(uint64_t), VK_QUERY_RESULT_64_BIT);
-  if (res != VK_SUCCESS) return -1;
+  std::memcpy(ticks.data(), r->query_results->mapped(), ticks.size() * sizeof(uint64_t));
   double period = accelerator_->info().limits.timestampPeriod;  // ns per tick, a float
   auto ns = [period](uint64_t t) { return static_cast<int64_t>(static_cast<double>(t) * period); };
   if (!per_command) return std::max<int64_t>(0, ns(ticks[1]) - ns(ticks[0]));

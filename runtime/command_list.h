@@ -79,6 +79,14 @@ class CommandList {
   // Accelerator::PathFrom); a host-staged pair needs Accelerator::Copy.
   absl::Status Copy(const BufferArg& src, const BufferArg& dst);
 
+  // Copies byte ranges of src into dst (one command, many regions): each
+  // region's offsets are absolute in its buffer. Paths and checks as Copy.
+  struct CopyRegion {
+    uint64_t src_offset = 0, dst_offset = 0, size = 0;
+  };
+  absl::Status CopyRegions(const std::shared_ptr<Buffer>& src, const std::shared_ptr<Buffer>& dst,
+                           std::vector<CopyRegion> regions);
+
   // Fills dst with a repeated 32-bit word (offset and size multiples of 4).
   absl::Status Fill(const BufferArg& dst, uint32_t word);
 
@@ -97,6 +105,7 @@ class CommandList {
     std::array<uint32_t, 3> groups{};
     uint32_t word = 0;
     std::shared_ptr<ImportedBlock> imported;  // copy from a peer device's memory
+    std::vector<VkBufferCopy> regions;        // copy: absolute offsets in the two buffers
     std::string name;
   };
   // What a recording measures with timestamps.
@@ -109,6 +118,11 @@ class CommandList {
   struct Recording {
     VkCommandBuffer cb = VK_NULL_HANDLE;
     VkQueryPool queries = VK_NULL_HANDLE;
+    // The list copies its timestamps here at its end, so that reading them
+    // needs no query call (lavapipe's vkGetQueryPoolResults waits for the
+    // whole device to idle, which a later submission waiting on this
+    // retirement would never let happen).
+    std::shared_ptr<Buffer> query_results;
     VkDescriptorPool descriptors = VK_NULL_HANDLE;
     Timing timing = Timing::kNone;
   };

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,13 +17,41 @@ namespace causeway {
 namespace {
 
 std::atomic<uint64_t> validation_errors{0};
+std::atomic<uint64_t> suppressed_errors{0};
+absl::Mutex host_semaphores_mu;
+absl::flat_hash_set<uint64_t>& HostSemaphores() ABSL_EXCLUSIVE_LOCKS_REQUIRED(host_semaphores_mu) {
+  static auto* set = new absl::flat_hash_set<uint64_t>();
+  return *set;
+}
+
+// A report known to be wrong: see RegisterHostSignalledSemaphore.
+bool KnownFalseReport(const VkDebugUtilsMessengerCallbackDataEXT* data) {
+  if (data->pMessageIdName == nullptr ||
+      std::strcmp(data->pMessageIdName, "VUID-VkSemaphoreSignalInfo-value-03259") != 0) {
+    return false;
+  }
+  absl::MutexLock lock(&host_semaphores_mu);
+  for (uint32_t i = 0; i < data->objectCount; ++i) {
+    if (data->pObjects[i].objectType == VK_OBJECT_TYPE_SEMAPHORE &&
+        HostSemaphores().contains(data->pObjects[i].objectHandle)) {
+      return true;
+    }
+  }
+  return false;
+}
 absl::Mutex last_error_mu;
 std::string last_error ABSL_GUARDED_BY(last_error_mu);
 
 VKAPI_ATTR VkBool32 VKAPI_CALL OnValidationMessage(
     VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT,
     const VkDebugUtilsMessengerCallbackDataEXT* data, void*) {
-  if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+  if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT && KnownFalseReport(data)) {
+    suppressed_errors.fetch_add(1, std::memory_order_relaxed);
+    if (EnvFlag("CAUSEWAY_VALIDATION_VERBOSE")) {
+      std::fprintf(stderr, "causeway: known false validation report (host-signalled semaphore): %s\n",
+                   data->pMessage);
+    }
+  } else if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
     validation_errors.fetch_add(1, std::memory_order_relaxed);
     std::string text = data->pMessage != nullptr ? data->pMessage : "(no message)";
     std::fprintf(stderr, "causeway: Vulkan validation error: %s\n", text.c_str());
@@ -119,6 +148,17 @@ bool EnvFlag(const char* name) {
 }
 
 uint64_t ValidationErrorCount() { return validation_errors.load(std::memory_order_relaxed); }
+uint64_t SuppressedValidationErrorCount() { return suppressed_errors.load(std::memory_order_relaxed); }
+
+void RegisterHostSignalledSemaphore(VkSemaphore semaphore) {
+  absl::MutexLock lock(&host_semaphores_mu);
+  HostSemaphores().insert(reinterpret_cast<uint64_t>(semaphore));
+}
+
+void UnregisterHostSignalledSemaphore(VkSemaphore semaphore) {
+  absl::MutexLock lock(&host_semaphores_mu);
+  HostSemaphores().erase(reinterpret_cast<uint64_t>(semaphore));
+}
 
 std::string LastValidationError() {
   absl::MutexLock lock(&last_error_mu);
