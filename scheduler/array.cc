@@ -106,6 +106,10 @@ absl::StatusOr<std::shared_ptr<Buffer>> Array::shard(int device) const {
   if (released_ || mesh_->released()) {
     return absl::FailedPreconditionError(absl::StrCat("array '", label_, "' was released"));
   }
+  if (device < 0 || device >= static_cast<int>(shards_.size())) {
+    return absl::OutOfRangeError(absl::StrCat("array '", label_, "' has no shard ", device, " (", shards_.size(),
+                                              " devices)"));
+  }
   return shards_[device];
 }
 

@@ -59,6 +59,11 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
   for (const auto& [first, last] : groups_) {
     std::vector<int> external, inside;
     for (size_t s = first; s < last; ++s) {
+      // A transfer waits for the source devices it reads (DispatchStep).
+      if (steps[s].kind == ProgramStep::kTransfer) {
+        inside.insert(inside.end(), steps[s].outputs.begin(), steps[s].outputs.end());
+        continue;
+      }
       for (int v : steps[s].inputs) {
         if (std::find(inside.begin(), inside.end(), v) == inside.end() &&
             std::find(external.begin(), external.end(), v) == external.end()) {
@@ -160,8 +165,16 @@ absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRe
                                     size_t s, int d) const {
   const ProgramStep& step = program_->steps()[s];
   if (step.kind == ProgramStep::kCollective) return RecordCollective(list, values, inst, s, d);
+  if (step.kind == ProgramStep::kTransfer) {
+    // Device d of the target mesh; the source mesh may be smaller.
+    ASSIGN_OR_RETURN(auto dst, values[step.outputs[0]]->shard(d));
+    for (const TransferPlan::Piece& piece : step.transfer->pieces[d]) {
+      ASSIGN_OR_RETURN(auto src, values[step.inputs[0]]->shard(piece.source));
+      RETURN_IF_ERROR(list.CopyRegions(src, dst, piece.regions));
+    }
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(std::vector<BufferArg> buffers, StepBuffers(values, inst, s, d));
-  if (step.kind == ProgramStep::kTransfer) return list.Copy(buffers[0], buffers[1]);
   return step.function->Record(list, buffers);
 }
 
@@ -333,6 +346,20 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     }
     absl::InlinedVector<Future<>, 4> waits;
     for (int v : external) waits.push_back(run.values_[v]->ShardReady(d));
+    for (size_t s = first; s < last; ++s) {
+      if (steps[s].kind != ProgramStep::kTransfer) continue;
+      // A transfer produced inside this gang call reads a shard this device
+      // writes first (in order); others wait for each source they read.
+      int v = steps[s].inputs[0];
+      bool inside = false;
+      for (size_t e = first; e < s; ++e) {
+        inside |= std::find(steps[e].outputs.begin(), steps[e].outputs.end(), v) != steps[e].outputs.end();
+      }
+      if (inside) continue;
+      for (const TransferPlan::Piece& piece : steps[s].transfer->pieces[d]) {
+        waits.push_back(run.values_[v]->ShardReady(piece.source));
+      }
+    }
     const ProgramStep& head = steps[first];
     if (head.kind == ProgramStep::kCollective) {
       // The peers this device reads from: their input (first phase) or
@@ -349,7 +376,11 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
         continue;
       }
       // The client's array: its next upload waits for this read.
-      if (steps[s].kind == ProgramStep::kTransfer) run.values_[steps[s].inputs[0]]->AddReader(d, f);
+      if (steps[s].kind == ProgramStep::kTransfer) {
+        for (const TransferPlan::Piece& piece : steps[s].transfer->pieces[d]) {
+          run.values_[steps[s].inputs[0]]->AddReader(piece.source, f);
+        }
+      }
       if (steps[s].kind == ProgramStep::kCollective) {
         for (const CollectiveOp& op : steps[s].collective->phases[steps[s].phase].ops[d]) {
           if (op.kind == CollectiveOp::kCopy && op.src == CollectiveOp::kIn) {

@@ -1,6 +1,7 @@
 #include "scheduler/program.h"
 
 #include <deque>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,18 @@ ProgramBuilder& ProgramBuilder::Call(std::string node, std::shared_ptr<const Fun
 
 ProgramBuilder& ProgramBuilder::Output(std::string value) {
   outputs_.push_back(std::move(value));
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Reshard(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
+                                        std::string output, Sharding sharding) {
+  Node n;
+  n.name = std::move(node);
+  n.mesh = std::move(mesh);
+  n.inputs = {std::move(input)};
+  n.outputs = {std::move(output)};
+  n.reshard = sharding;
+  nodes_.push_back(std::move(n));
   return *this;
 }
 
@@ -142,7 +155,7 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     if (!node_index.emplace(node.name, static_cast<int>(n)).second) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is defined twice"));
     }
-    if (node.function == nullptr && !node.collective) {
+    if (node.function == nullptr && !node.collective && !node.reshard) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": no function"));
     }
     RETURN_IF_ERROR(check_mesh(what, node.mesh));
@@ -152,7 +165,7 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
                                                      " over ", node.mesh->DebugString(),
                                                      ": collectives run over 1-D meshes only so far"));
       }
-    } else {
+    } else if (!node.reshard) {
       const Function& f = *node.function;
       if (node.inputs.size() != f.inputs().size()) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": function '", f.name(), "' takes ",
@@ -212,47 +225,72 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
   }
 
   // Lower in that order: check shapes and types, insert transfers.
-  absl::flat_hash_map<std::pair<int, uint64_t>, int> transferred;  // (value, mesh id) -> value id
-  // Value `v` as it is on `mesh`: itself, or its copy made by a transfer step.
-  auto on_mesh = [&](const std::string& what, int v, const std::shared_ptr<Mesh>& mesh) -> absl::StatusOr<int> {
+  // A transfer step moving value `v` to `mesh` laid out by `sharding`, into
+  // a new value named `name`; its id.
+  auto add_transfer = [&](const std::string& what, const std::string& node_name, int v,
+                          const std::shared_ptr<Mesh>& mesh, const Sharding& sharding,
+                          const std::string& name) -> absl::StatusOr<int> {
     const ProgramValue value = p.values_[v];
-    if (value.mesh == mesh) return v;
-    if (value.mesh->dims() != mesh->dims()) {
-      return absl::UnimplementedError(absl::StrCat(
-          what, ": input '", value.name, "' lives on ", value.mesh->DebugString(), " and the node runs on ",
-          mesh->DebugString(), "; moving arrays between meshes of different shapes (resharding) is not "
-          "supported yet"));
-    }
     if (value.mesh->island() != mesh->island()) {
       return absl::UnimplementedError(absl::StrCat(what, ": input '", value.name, "' is on island '",
                                                    value.mesh->island(), "'; transfers between islands are "
                                                    "not supported yet"));
     }
-    auto key = std::make_pair(v, mesh->id());
-    auto it = transferred.find(key);
-    if (it == transferred.end()) {
-      ProgramValue moved = value;
-      moved.name = absl::StrCat(value.name, "@mesh", mesh->id());
-      moved.kind = ProgramValue::kIntermediate;
-      moved.mesh = mesh;
-      int id = static_cast<int>(p.values_.size());
-      p.values_.push_back(moved);
-      ProgramStep transfer;
-      transfer.kind = ProgramStep::kTransfer;
-      transfer.node = moved.name;
-      transfer.mesh = mesh;
-      transfer.inputs = {v};
-      transfer.outputs = {id};
-      p.steps_.push_back(std::move(transfer));
-      it = transferred.emplace(key, id).first;
+    auto plan = PlanTransfer(value.shape, value.dtype, *value.mesh, value.sharding, *mesh, sharding);
+    if (!plan.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": moving '", value.name, "' ", ShapeString(value.shape),
+                                                     " to ", mesh->DebugString(), " as ", sharding.ToString(),
+                                                     ": ", plan.status().message()));
     }
-    return it->second;
+    ProgramValue moved = value;
+    moved.name = name;
+    moved.kind = ProgramValue::kIntermediate;
+    moved.mesh = mesh;
+    moved.sharding = sharding;
+    int id = static_cast<int>(p.values_.size());
+    p.values_.push_back(moved);
+    ProgramStep transfer;
+    transfer.kind = ProgramStep::kTransfer;
+    transfer.node = node_name;
+    transfer.mesh = mesh;
+    transfer.inputs = {v};
+    transfer.outputs = {id};
+    transfer.transfer = *std::move(plan);
+    if (value.mesh == mesh) {
+      for (int t = 0; t < mesh->size(); ++t) {
+        for (const auto& piece : transfer.transfer->pieces[t]) transfer.reads_peers |= piece.source != t;
+      }
+    }
+    p.steps_.push_back(std::move(transfer));
+    return id;
+  };
+  // Value `v` as it is on `mesh` laid out by `sharding`: itself, or its copy
+  // made by a transfer step (one per value, mesh and sharding).
+  absl::flat_hash_map<std::tuple<int, uint64_t, int, int>, int> transferred;
+  auto on_mesh = [&](const std::string& what, int v, const std::shared_ptr<Mesh>& mesh,
+                     const Sharding& sharding) -> absl::StatusOr<int> {
+    const ProgramValue& value = p.values_[v];
+    if (value.mesh == mesh && value.sharding == sharding) return v;
+    auto key = std::make_tuple(v, mesh->id(), sharding.array_axis, sharding.mesh_axis);
+    if (auto it = transferred.find(key); it != transferred.end()) return it->second;
+    std::string name = absl::StrCat(value.name, "@mesh", mesh->id(),
+                                    sharding == value.sharding ? "" : absl::StrCat(":", sharding.ToString()));
+    ASSIGN_OR_RETURN(int id, add_transfer(what, name, v, mesh, sharding, name));
+    transferred.emplace(key, id);
+    return id;
   };
   for (int n : order) {
     const Node& node = nodes_[n];
     std::string what = absl::StrCat("node '", node.name, "'");
+    if (node.reshard) {
+      ASSIGN_OR_RETURN(int id, add_transfer(what, node.name, value_ids.at(node.inputs[0]), node.mesh,
+                                            *node.reshard, node.outputs[0]));
+      value_ids[node.outputs[0]] = id;
+      continue;
+    }
     if (node.collective) {
-      ASSIGN_OR_RETURN(int v, on_mesh(what, value_ids.at(node.inputs[0]), node.mesh));
+      const int source = value_ids.at(node.inputs[0]);
+      ASSIGN_OR_RETURN(int v, on_mesh(what, source, node.mesh, p.values_[source].sharding));
       const ProgramValue in = p.values_[v];
       auto shard = ShardShape(in.shape, in.sharding, *node.mesh);
       if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", shard.status().message()));
@@ -296,14 +334,36 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
                                                        DTypeName(value.dtype), " but function '", f.name(),
                                                        "' expects ", DTypeName(f.inputs()[i].dtype)));
       }
-      ASSIGN_OR_RETURN(v, on_mesh(what, v, node.mesh));
-      auto shard = ShardShape(value.shape, value.sharding, *node.mesh);
-      if (!shard.ok() || *shard != f.inputs()[i].shape) {
+      auto fits = [&](const Sharding& sharding) {
+        auto shard = ShardShape(value.shape, sharding, *node.mesh);
+        return shard.ok() && *shard == f.inputs()[i].shape;
+      };
+      // From another mesh: its own sharding if that fits the function, else
+      // the first that does.
+      Sharding sharding = value.sharding;
+      if (value.mesh != node.mesh && !fits(sharding)) {
+        std::vector<Sharding> candidates = {Sharding::Replicated()};
+        for (int a = 0; a < static_cast<int>(value.shape.size()); ++a) {
+          for (int m = 0; m < static_cast<int>(node.mesh->dims().size()); ++m) {
+            candidates.push_back(Sharding::Split(a, m));
+          }
+        }
+        for (const Sharding& c : candidates) {
+          if (fits(c)) {
+            sharding = c;
+            break;
+          }
+        }
+      }
+      if (!fits(sharding)) {
+        auto shard = ShardShape(value.shape, value.sharding, *node.mesh);
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": input ", i, " '", value.name, "' ", ShapeString(value.shape), " ", value.sharding.ToString(),
             " gives each device ", shard.ok() ? ShapeString(*shard) : std::string(shard.status().message()),
-            " but function '", f.name(), "' expects ", f.inputs()[i].ToString()));
+            " but function '", f.name(), "' expects ", f.inputs()[i].ToString(),
+            value.mesh == node.mesh ? " (a Reshard node changes an array's sharding)" : ""));
       }
+      ASSIGN_OR_RETURN(v, on_mesh(what, v, node.mesh, sharding));
       call.inputs.push_back(v);
     }
     for (size_t o = 0; o < node.outputs.size(); ++o) {

@@ -4,12 +4,14 @@
 #define CAUSEWAY_SCHEDULER_PROGRAM_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "scheduler/array.h"
 #include "scheduler/collectives.h"
+#include "scheduler/transfer.h"
 #include "scheduler/function.h"
 #include "scheduler/mesh.h"
 
@@ -37,11 +39,14 @@ struct ProgramStep {
   std::shared_ptr<Mesh> mesh;                // where it runs
   std::vector<int> inputs;                   // value ids
   std::vector<int> outputs;
+  std::shared_ptr<const TransferPlan> transfer;      // kTransfer
+  bool reads_peers = false;  // kTransfer within one mesh reading other devices' shards
   std::shared_ptr<const CollectivePlan> collective;  // kCollective
   int phase = 0;                                     // kCollective: which of the plan's phases
   // Whether a device's part waits for other devices (a collective phase
   // over several): such a step always begins a gang call of its own.
   bool waits_on_peers() const {
+    if (kind == kTransfer) return reads_peers;
     if (kind != kCollective) return false;
     for (const auto& w : collective->phases[phase].waits) {
       if (!w.empty()) return true;
@@ -72,7 +77,10 @@ class Program {
 
 // Builds a program by names. Build() validates (unknown or doubly produced
 // values, cycles, shapes, dtypes, meshes) with errors that name the node, and
-// lowers: a call whose input lives on another mesh gets a transfer step.
+// lowers: a call whose input lives on another mesh of the island gets a
+// transfer step, which also reshards (to the input's own sharding if it fits
+// the function, else to replicated or the split that does). On one mesh, a
+// sharding changes only by an explicit Reshard node.
 //
 // Example:
 //   ProgramBuilder b("double-then-add");
@@ -94,6 +102,10 @@ class ProgramBuilder {
                        std::vector<std::string> inputs, std::vector<std::string> outputs,
                        std::vector<Sharding> output_shardings = {});
   ProgramBuilder& Output(std::string value);
+
+  // `input` laid out on `mesh` by `sharding` (a copy; any mesh of the island).
+  ProgramBuilder& Reshard(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
+                          Sharding sharding);
 
   // A collective over the devices of `mesh` (1-D) on `input` (moved to
   // `mesh` first if it lives on another mesh of the same shape); see
@@ -132,6 +144,7 @@ class ProgramBuilder {
     bool collective = false;
     CollectiveKind collective_kind = CollectiveKind::kAllReduce;
     CollectiveOptions collective_options;
+    std::optional<Sharding> reshard;  // a Reshard node
   };
   std::string name_;
   std::vector<Param> params_;

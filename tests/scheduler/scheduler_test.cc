@@ -563,10 +563,12 @@ void CloseOneOfTwoClients(bool while_in_execute) {
   ASSERT_OK_AND_ASSIGN(auto mesh_b, b->AllocateMesh({2}));
   ASSERT_TRUE(Overlap(*mesh_a, *mesh_b));
   ASSERT_OK_AND_ASSIGN(Chain chain_a, MakeChain(*a, "tenant-a", {mesh_a}, 32, 32, 1));
-  ASSERT_OK_AND_ASSIGN(Chain chain_b, MakeChain(*b, "tenant-b", {mesh_b}, 256, 256, 2));
+  // B's runs last tens of milliseconds each, so that a few of them are still
+  // on the devices when B closes even on a loaded machine.
+  ASSERT_OK_AND_ASSIGN(Chain chain_b, MakeChain(*b, "tenant-b", {mesh_b}, 1024, 256, 2));
   // B also holds a large array it never uses in a run.
   ASSERT_OK_AND_ASSIGN(ArrayRef b_big, b->CreateArray(mesh_b, {512, 512}, DType::kF32));
-  ASSERT_OK_AND_ASSIGN(ArrayRef b_x, chain_b.NewInput(*b, reference::RandomFloats(256 * 256, 4)));
+  ASSERT_OK_AND_ASSIGN(ArrayRef b_x, chain_b.NewInput(*b, reference::RandomFloats(1024 * 256, 4)));
 
   std::atomic<int> a_done{0}, b_submitted{0};
   std::atomic<bool> stop_b{false}, b_ready_to_close{false}, b_closed{false}, stop_a{false};

@@ -636,15 +636,25 @@ TEST_F(ValidationTest, LoweringOrdersByDependencies) {
   EXPECT_THAT(nodes, ElementsAre("first", "second", "third"));
   EXPECT_THAT(ordered->DebugString(), ::testing::Not(HasSubstr("transfer")));
 
-  // Meshes of different shapes cannot exchange values yet: Unimplemented,
-  // naming the node.
+  // Between meshes of different shapes the transfer reshards to the layout
+  // the function takes (here split over the grid's second axis); where no
+  // layout fits, the error names the node and the input.
   ASSERT_OK(island_->resources().Release(m1_));
   ASSERT_OK_AND_ASSIGN(auto grid, client_->AllocateMesh({1, 2}));
   ProgramBuilder g("reshard");
   g.Parameter("x", m0_, {8}, DType::kF32, Sharding::Split(0));
   g.Call("grid-node", scale_, grid, {"x"}, {"y"});
   g.Output("y");
-  EXPECT_ERROR(g.Build().status(), absl::StatusCode::kUnimplemented, "node 'grid-node'", "'x'");
+  ASSERT_OK_AND_ASSIGN(auto resharded, g.Build());
+  ASSERT_EQ(resharded->steps().size(), 2u) << resharded->DebugString();
+  EXPECT_EQ(resharded->steps()[0].kind, ProgramStep::kTransfer);
+  EXPECT_EQ(resharded->values()[resharded->steps()[0].outputs[0]].sharding, Sharding::Split(0, 1));
+  ASSERT_OK_AND_ASSIGN(auto scale3, Function::Scale({3}, 2.0f));
+  ProgramBuilder bad("no-layout");
+  bad.Parameter("x", m0_, {8}, DType::kF32, Sharding::Split(0));
+  bad.Call("odd-node", scale3, grid, {"x"}, {"y"});
+  bad.Output("y");
+  EXPECT_ERROR(bad.Build().status(), absl::StatusCode::kInvalidArgument, "node 'odd-node'", "'x'");
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+// Transfers: a value moved from one (mesh, sharding) to another of the same
+// island, shard by shard, as device copies. Between meshes of one shape and
+// sharding this is one copy per device; between shardings (replicated, split
+// along any array axis over any mesh axis) and mesh shapes it is resharding:
+// each target device copies the parts of its shard from the source devices
+// that hold them (the same accelerator when it holds one), as strided
+// regions of one copy command per source.
+#ifndef CAUSEWAY_SCHEDULER_TRANSFER_H_
+#define CAUSEWAY_SCHEDULER_TRANSFER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/command_list.h"
+#include "scheduler/array.h"
+#include "scheduler/dtype.h"
+#include "scheduler/mesh.h"
+
+namespace causeway {
+
+struct TransferPlan {
+  struct Piece {
+    int source = 0;  // position on the source mesh
+    std::vector<CommandList::CopyRegion> regions;  // bytes, in the two shards
+  };
+  std::vector<std::vector<Piece>> pieces;  // [target position]
+  size_t region_count() const;
+};
+
+// Plans moving an array of `shape` and `dtype` from `from` (laid out by
+// `from_sharding`) to `to` (by `to_sharding`). Errors when a sharding does
+// not fit its mesh.
+absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(const Shape& shape, DType dtype, const Mesh& from,
+                                                                 const Sharding& from_sharding, const Mesh& to,
+                                                                 const Sharding& to_sharding);
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_TRANSFER_H_
