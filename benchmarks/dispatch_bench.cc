@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "benchmarks/bench_util.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
@@ -42,27 +43,16 @@
 namespace causeway {
 namespace {
 
+using bench::Median;
+
 constexpr uint32_t kElements = 64;  // a tiny kernel: 64 floats scaled
 constexpr int kReplays = 4;         // replay runs of n submissions per timed run
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 #define CHECK_VK(call)                                                                  \
   do {                                                                                  \
     VkResult r_ = (call);                                                               \
     if (r_ != VK_SUCCESS) {                                                             \
       std::fprintf(stderr, "%s failed: %s\n", #call, VkResultName(r_));                 \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
-#define CHECK_OK(expr)                                                                  \
-  do {                                                                                  \
-    absl::Status s_ = (expr);                                                           \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s: %s\n", #expr, s_.ToString().c_str());                   \
       std::exit(1);                                                                     \
     }                                                                                   \
   } while (0)

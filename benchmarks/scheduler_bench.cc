@@ -64,6 +64,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "runtime/builtin_kernels.h"
+#include "benchmarks/bench_util.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -74,6 +75,11 @@
 namespace causeway {
 namespace {
 
+using bench::Alternate;
+using bench::Die;
+using bench::Median;
+using bench::Must;
+
 constexpr double kSampleSeconds = 0.1;  // the length of one timed sample
 constexpr int kChain = 128;             // computations in a Chained or Fused program
 constexpr uint32_t kScalar = 4;         // a scalar, padded to 4 floats
@@ -81,29 +87,6 @@ constexpr uint32_t kStageFloats = 64;   // per pipeline stage
 constexpr int kMaxAccelerators = 8;
 constexpr uint32_t kTenantFloats = 128;  // per tenant program (64 per accelerator)
 constexpr int kTenantClients[] = {1, 2, 4, 8};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "scheduler_bench: %s\n", what.c_str());
-  std::fflush(stdout);
-  std::exit(1);
-}
-
-void CheckOk(const absl::Status& s, const char* what) {
-  if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
-}
-
-template <typename T>
-T Must(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return std::move(v).value();
-}
-
-#define CHECK_OK(expr) CheckOk((expr), #expr)
 
 double Seconds(int64_t t0) { return (Tracer::NowNs() - t0) / 1e9; }
 
@@ -145,19 +128,6 @@ void ExpectEquals(const ArrayRef& a, const std::vector<float>& want, const std::
       Die(absl::StrCat(what, ": element ", i, " is ", got[i], ", expected ", want[i]));
     }
   }
-}
-
-// Runs `samples` rounds; in each, every case once, the order rotated round by
-// round so no case always follows the same one. Returns each case's values.
-std::vector<std::vector<double>> Alternate(int samples, const std::vector<std::function<double()>>& cases) {
-  std::vector<std::vector<double>> out(cases.size());
-  for (int r = 0; r < samples; ++r) {
-    for (size_t j = 0; j < cases.size(); ++j) {
-      size_t c = (j + r) % cases.size();
-      out[c].push_back(cases[c]());
-    }
-  }
-  return out;
 }
 
 std::unique_ptr<Runtime> MakeRuntime(int accelerators) {
@@ -535,5 +505,6 @@ int main(int argc, char** argv) {
   // Debian's abseil is built with mutex deadlock detection on, which walks a
   // lock graph on every lock; the test suite keeps it, tools turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  causeway::bench::ProgramName() = "scheduler_bench";
   return causeway::Main(argc, argv);
 }

@@ -1,0 +1,354 @@
+// Copy bandwidth between two accelerators (the "interconnect" of a Causeway
+// island) against memcpy of the same bytes, in the same run.
+//
+// For each size (1, 4, 16, 64 and 256 MiB by default):
+//
+//   memcpy:  memcpy between two host buffers of the size, both touched before
+//            (the bound: on a CPU driver a device copy is a memcpy too).
+//   list:    a device-to-device copy of a buffer on accelerator 0 into a
+//            buffer on accelerator 1, by a command list of accelerator 1
+//            recorded once (list->Copy(src, dst)). Timed: Submit + Await, and
+//            nothing else. The list imports the peer's memory block when the
+//            copy is appended (the import cache keeps it), and the first
+//            submit records it, both before timing: this is the steady state.
+//   Copy:    the same copy by Accelerator::Copy + Await, which makes, records
+//            and submits a new list each time (the import comes from the
+//            cache).
+//
+// Between VkDevices (one per accelerator where a device has a single queue,
+// as lavapipe does) the copy reads the source through this device's import
+// of the peer's memory (VK_KHR_external_memory_fd); on queues of one VkDevice
+// it is a plain vkCmdCopyBuffer. The path is printed.
+//
+// A sample is one untimed copy, then the copy repeated until it has moved at
+// least kSampleBytes (so the small sizes are not one timer tick); its figure
+// is bytes / seconds per timed copy, in GB/s (1e9 bytes). The three cases
+// alternate sample by sample (the order rotates), `--runs` samples each;
+// medians are printed, with each Causeway case's median as a fraction of
+// memcpy's. Before timing, each size
+// checks both Causeway copies once: the source holds a known pattern
+// (uploaded), the destination is cleared, the copy runs, the destination is
+// downloaded and compared byte for byte; a mismatch aborts the benchmark.
+//
+// All-reduce: a program of one all-reduce (sum, f32; the algorithm picked by
+// size: ring from 256 KiB a device) over a mesh of n = 2, 4, 8 accelerators,
+// each device holding S bytes, run and awaited back to back. Bus bandwidth as
+// nccl-tests defines it: busbw = S / t * 2(n - 1)/n, which a ring reaches at
+// the bandwidth of one link when all links run at once. It is compared with
+// the copy bandwidth (the `list` case) of the same S measured in the same
+// run. Each size is checked once: device d holds d + 1 everywhere, so every
+// element of the result must be n(n + 1)/2.
+//
+//   causeway_ici_bench [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64]
+//                      [--only=copy|allreduce]   (sizes in MiB)
+// For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_util.h"
+#include "runtime/runtime.h"
+#include "runtime/trace.h"
+#include "scheduler/island.h"
+#include "scheduler/program.h"
+
+namespace causeway {
+namespace {
+
+using bench::Alternate;
+using bench::Die;
+using bench::Median;
+using bench::Must;
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kSampleBytes = 64 * kMiB;  // a sample moves at least this much
+constexpr uint32_t kClearWord = 0xdeadbeef;   // the destination before a checked copy
+
+// Tells the compiler that memory may be read here, so that a memcpy whose
+// destination is not read before the next identical one is not elided.
+inline void ClobberMemory() { asm volatile("" : : : "memory"); }
+
+// Page-aligned host memory, as a driver's allocations are.
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using HostBytes = std::unique_ptr<uint8_t[], FreeDeleter>;
+HostBytes AllocateHost(uint64_t size) {
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, size));
+  if (p == nullptr) Die(absl::StrCat("cannot allocate ", FormatBytes(size), " of host memory"));
+  return HostBytes(p);
+}
+
+// A pattern that differs word by word and from size to size.
+void FillPattern(uint8_t* bytes, uint64_t size) {
+  auto* words = reinterpret_cast<uint32_t*>(bytes);
+  const uint32_t seed = static_cast<uint32_t>(size / kMiB) * 0x01000193u;
+  for (uint64_t i = 0; i < size / 4; ++i) words[i] = static_cast<uint32_t>(i) * 2654435761u + seed;
+}
+
+// GB/s of `copy` (one copy of `size` bytes) repeated `reps` times, after
+// one untimed copy: each case is timed with its own buffers in the state its
+// repetition leaves them, whichever case ran before (at sizes near the last
+// level cache's, the first copy after another case's would gain or lose by
+// what that case left in the cache).
+double Bandwidth(uint64_t size, int reps, const std::function<void()>& copy) {
+  copy();
+  int64_t t0 = Tracer::NowNs();
+  for (int i = 0; i < reps; ++i) copy();
+  double seconds = (Tracer::NowNs() - t0) / 1e9;
+  return size * static_cast<double>(reps) / seconds / 1e9;
+}
+
+// The copies of one size: host buffers for memcpy (the source also holds the
+// pattern the device copies are checked against), a source on accelerator 0,
+// a destination on accelerator 1 and the recorded list.
+class SizeCase {
+ public:
+  SizeCase(Accelerator* from, Accelerator* to, uint64_t size) : from_(from), to_(to), size_(size) {
+    host_src_ = AllocateHost(size);
+    host_dst_ = AllocateHost(size);
+    FillPattern(host_src_.get(), size);
+    std::memset(host_dst_.get(), 0, size);
+    src_ = Must(from->CreateBuffer(size), "CreateBuffer on accelerator 0");
+    dst_ = Must(to->CreateBuffer(size), "CreateBuffer on accelerator 1");
+    CHECK_OK(from->UploadSync(src_, host_src_.get(), size));
+    list_ = Must(to->CreateCommandList("ici-copy"), "CreateCommandList");
+    CHECK_OK(list_->Copy(src_, dst_));
+    clear_ = Must(to->CreateCommandList("ici-clear"), "CreateCommandList");
+    CHECK_OK(clear_->Fill(dst_, kClearWord));
+  }
+
+  // Checks that each Causeway copy delivers the source's bytes.
+  void Verify() {
+    Clear();
+    CHECK_OK(to_->Submit(list_).Await());
+    Expect("a recorded list's copy");
+    Clear();
+    CHECK_OK(to_->Copy(src_, dst_).Await());
+    Expect("Accelerator::Copy");
+  }
+
+  void Memcpy() {
+    std::memcpy(host_dst_.get(), host_src_.get(), size_);
+    ClobberMemory();
+  }
+  void ListCopy() { CHECK_OK(to_->Submit(list_).Await()); }
+  void AcceleratorCopy() { CHECK_OK(to_->Copy(src_, dst_).Await()); }
+
+ private:
+  void Clear() { CHECK_OK(to_->Submit(clear_).Await()); }
+
+  // Downloads the destination and aborts unless it equals the pattern.
+  void Expect(const char* what) {
+    std::memset(host_dst_.get(), 0, size_);
+    CHECK_OK(to_->DownloadSync(dst_, host_dst_.get(), size_));
+    if (std::memcmp(host_dst_.get(), host_src_.get(), size_) == 0) return;
+    const auto* got = reinterpret_cast<const uint32_t*>(host_dst_.get());
+    const auto* want = reinterpret_cast<const uint32_t*>(host_src_.get());
+    uint64_t i = 0, wrong = 0;
+    while (got[i] == want[i]) ++i;
+    for (uint64_t j = i; j < size_ / 4; ++j) wrong += got[j] != want[j];
+    Die(absl::StrFormat("%s of %s from accelerator 0 to 1: word %d (byte %d) is 0x%08x, expected 0x%08x",
+                        what, FormatBytes(size_), i, 4 * i, got[i], want[i]) +
+        absl::StrFormat("; %d of %d words differ", wrong, size_ / 4));
+  }
+
+  Accelerator* from_;
+  Accelerator* to_;
+  uint64_t size_;
+  HostBytes host_src_, host_dst_;
+  std::shared_ptr<Buffer> src_, dst_;
+  std::shared_ptr<CommandList> list_, clear_;
+};
+
+// One all-reduce size over a mesh of n: its program, input and check.
+class AllReduceCase {
+ public:
+  AllReduceCase(Island& island, int n, uint64_t bytes) : n_(n), elements_(bytes / 4) {
+    client_ = Must(island.Connect(absl::StrCat("allreduce", n)), "Connect");
+    auto mesh = Must(client_->AllocateMesh({n}), "AllocateMesh");
+    const int64_t global = static_cast<int64_t>(elements_) * n;
+    ProgramBuilder b(absl::StrCat("allreduce", n));
+    b.Parameter("x", mesh, {global}, DType::kF32, Sharding::Split(0));
+    b.AllReduce("sum", mesh, "x", "y");
+    b.Output("y");
+    auto program = Must(b.Build(), "Build");
+    algorithm_ = program->steps()[0].collective->ToString();
+    exe_ = Must(client_->Load(program), "Load");
+    x_ = Must(client_->CreateArray(mesh, {global}, DType::kF32, Sharding::Split(0), "x"), "CreateArray");
+    std::vector<float> host(global);
+    for (int d = 0; d < n; ++d) std::fill_n(host.begin() + d * elements_, elements_, d + 1.0f);
+    CHECK_OK(x_->Upload(host.data(), host.size() * 4));
+  }
+  ~AllReduceCase() { client_->Close(); }
+
+  const std::string& algorithm() const { return algorithm_; }
+  void Run() { last_ = Must(client_->Execute(exe_, {x_}), "Execute"), CHECK_OK(last_.Await()); }
+  void Verify() {
+    Run();
+    std::vector<float> got(elements_);
+    CHECK_OK(last_.outputs[0]->Download(got.data(), got.size() * 4));
+    const float want = n_ * (n_ + 1) / 2.0f;
+    for (uint64_t i = 0; i < elements_; ++i) {
+      if (got[i] != want) Die(absl::StrCat("all-reduce over ", n_, ": element ", i, " is ", got[i], ", expected ", want));
+    }
+  }
+
+ private:
+  int n_;
+  uint64_t elements_;
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Executable> exe_;
+  ArrayRef x_;
+  Execution last_;
+  std::string algorithm_;
+};
+
+void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
+  constexpr int kMaxDevices = 8;
+  const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  RuntimeOptions options;
+  options.accelerators = kMaxDevices;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  // Input, output and the ring's chunk per device, and the copy's two buffers.
+  options.memory_budget = 3 * largest + 64 * kMiB;
+  auto rt = Must(Runtime::Create(options), "Runtime::Create");
+  auto island = Must(Island::Create(rt.get()), "Island::Create");
+  std::printf("\nall-reduce (sum, f32) over n accelerators; S bytes a device; busbw = S/t * 2(n-1)/n; "
+              "GB/s, median of %d samples\n",
+              runs);
+  std::printf("%8s %3s %10s %10s %9s  %s\n", "S", "n", "copy", "busbw", "/copy", "algorithm");
+  for (uint64_t size : sizes) {
+    SizeCase copy(rt->accelerator(0), rt->accelerator(1), size);
+    copy.Verify();
+    const int copy_reps = static_cast<int>(std::max<uint64_t>(1, kSampleBytes / size));
+    for (int n : {2, 4, 8}) {
+      AllReduceCase ar(*island, n, size);
+      ar.Verify();
+      const double moved = size * 2.0 * (n - 1) / n;  // per device, per all-reduce
+      const int reps = static_cast<int>(std::max<double>(1, kSampleBytes / moved));
+      std::vector<std::function<double()>> cases = {
+          [&] { return Bandwidth(size, copy_reps, [&] { copy.ListCopy(); }); },
+          [&] { return Bandwidth(moved, reps, [&] { ar.Run(); }); },
+      };
+      for (auto& run : cases) run();  // warm-up
+      auto samples = Alternate(runs, cases);
+      double c = Median(samples[0]), bus = Median(samples[1]);
+      std::printf("%8s %3d %10.2f %10.2f %9.2f  %s\n", FormatBytes(size).c_str(), n, c, bus, bus / c,
+                  ar.algorithm().c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  int runs = 9;
+  std::vector<uint64_t> sizes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
+  std::vector<uint64_t> allreduce_sizes = {1 * kMiB, 16 * kMiB, 64 * kMiB};
+  std::string only;
+  auto parse_sizes = [](absl::string_view flag, absl::string_view list, std::vector<uint64_t>* out) {
+    out->clear();
+    for (absl::string_view s : absl::StrSplit(list, ',')) {
+      uint64_t mib;
+      if (!absl::SimpleAtoi(s, &mib) || mib < 1 || mib > 2048) {
+        Die(absl::StrCat(flag, " takes MiB counts 1..2048, got '", s, "'"));
+      }
+      out->push_back(mib * kMiB);
+    }
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (absl::StartsWith(a, "--runs=")) {
+      if (!absl::SimpleAtoi(a.substr(7), &runs) || runs < 1) Die(absl::StrCat("bad value in ", a));
+    } else if (absl::StartsWith(a, "--sizes=")) {
+      parse_sizes("--sizes", a.substr(8), &sizes);
+    } else if (absl::StartsWith(a, "--allreduce-sizes=")) {
+      parse_sizes("--allreduce-sizes", a.substr(18), &allreduce_sizes);
+    } else if (absl::StartsWith(a, "--only=")) {
+      only = a.substr(7);
+      if (only != "copy" && only != "allreduce") Die(absl::StrCat("--only takes copy or allreduce, got '", only, "'"));
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64] "
+                   "[--only=copy|allreduce]   (sizes in MiB)\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (only == "allreduce") {
+    AllReduceTable(allreduce_sizes, runs);
+    return 0;
+  }
+  const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
+
+  RuntimeOptions options;
+  options.accelerators = 2;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  // Room for a source and a destination of the largest size on each
+  // accelerator, whatever the heap's share would be (a size's buffers are
+  // freed before the next size's are made).
+  options.memory_budget = 2 * largest;
+  auto rt = Must(Runtime::Create(options), "Runtime::Create");
+  Accelerator* from = rt->accelerator(0);
+  Accelerator* to = rt->accelerator(1);
+  CopyPath path = to->PathFrom(*from);
+  if (path == CopyPath::kHostStaged) {
+    Die(absl::StrCat("no device path from accelerator 0 to 1 on ", from->info().name,
+                     " (they are separate VkDevices without VK_KHR_external_memory_fd): a recorded list "
+                     "cannot copy between them"));
+  }
+
+  const char* lp = std::getenv("LP_NUM_THREADS");
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  sched_getaffinity(0, sizeof(cpus), &cpus);
+  std::printf("copy accelerator 0 -> 1 on %s, path %s; GB/s (1e9 B/s), median of %d samples; %d CPUs%s%s\n",
+              from->info().name.c_str(), CopyPathName(path), runs, CPU_COUNT(&cpus),
+              lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
+  std::printf("%8s %10s %10s %8s %10s %8s\n", "size", "memcpy", "list", "/memcpy", "Copy", "/memcpy");
+  for (uint64_t size : sizes) {
+    SizeCase c(from, to, size);
+    c.Verify();
+    const int reps = static_cast<int>(std::max<uint64_t>(1, kSampleBytes / size));
+    std::vector<std::function<double()>> cases = {
+        [&] { return Bandwidth(size, reps, [&] { c.Memcpy(); }); },
+        [&] { return Bandwidth(size, reps, [&] { c.ListCopy(); }); },
+        [&] { return Bandwidth(size, reps, [&] { c.AcceleratorCopy(); }); },
+    };
+    for (auto& run : cases) run();  // warm-up, outside the samples
+    auto samples = Alternate(runs, cases);
+    double m = Median(samples[0]), l = Median(samples[1]), a = Median(samples[2]);
+    std::printf("%8s %10.2f %10.2f %8.2f %10.2f %8.2f\n", FormatBytes(size).c_str(), m, l, l / m, a, a / m);
+    std::fflush(stdout);
+  }
+  if (only.empty()) {
+    rt.reset();  // its memory, before the all-reduce runtime's
+    AllReduceTable(allreduce_sizes, runs);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace causeway
+
+int main(int argc, char** argv) {
+  // Debian's abseil is built with mutex deadlock detection on, which walks a
+  // lock graph on every lock; the test suite keeps it, tools turn it off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  causeway::bench::ProgramName() = "ici_bench";
+  return causeway::Main(argc, argv);
+}
