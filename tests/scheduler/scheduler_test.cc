@@ -414,6 +414,11 @@ void MeasureShares(uint32_t ring_capacity, const std::vector<double>& weights, c
   }
 }
 
+// How long shares are measured: long enough that the lightest client's share
+// (1/15) holds dozens of its longest calls, so that one call more or less at
+// either end of the window stays well inside 5%.
+constexpr absl::Duration kShareWindow = absl::Seconds(4);
+
 // Checks that each client's share of the device time is within 5%
 // (relative) of its weight's share.
 void ExpectDeviceShares(const Shares& shares, const std::vector<double>& weights) {
@@ -436,7 +441,7 @@ void ExpectDeviceShares(const Shares& shares, const std::vector<double>& weights
 TEST(SchedulerTest, WeightedSharesFollowWeights) {
   const std::vector<double> weights = {1, 2, 4, 8};
   Shares shares;
-  MeasureShares(0, weights, {128, 128, 128, 128}, absl::Milliseconds(300), absl::Seconds(2), &shares);
+  MeasureShares(0, weights, {128, 128, 128, 128}, absl::Milliseconds(300), kShareWindow, &shares);
   if (HasFailure()) return;
   std::printf("default ring: %s\n", shares.ToString(weights).c_str());
   ExpectDeviceShares(shares, weights);
@@ -447,7 +452,7 @@ TEST(SchedulerTest, WeightedSharesFollowWeights) {
 TEST(SchedulerTest, WeightedSharesFollowWeightsWithShallowDeviceQueue) {
   const std::vector<double> weights = {1, 2, 4, 8};
   Shares shares;
-  MeasureShares(2, weights, {128, 128, 128, 128}, absl::Milliseconds(300), absl::Seconds(2), &shares);
+  MeasureShares(2, weights, {128, 128, 128, 128}, absl::Milliseconds(300), kShareWindow, &shares);
   if (HasFailure()) return;
   std::printf("ring of 2: %s\n", shares.ToString(weights).c_str());
   ExpectDeviceShares(shares, weights);
@@ -459,7 +464,7 @@ TEST(SchedulerTest, WeightedSharesFollowWeightsWithShallowDeviceQueue) {
 TEST(SchedulerTest, WeightedSharesAreOfDeviceTimeWhenCallsDifferInCost) {
   const std::vector<double> weights = {1, 2, 4, 8};
   Shares shares;
-  MeasureShares(0, weights, {256, 128, 128, 64}, absl::Milliseconds(300), absl::Seconds(2), &shares);
+  MeasureShares(0, weights, {256, 128, 128, 64}, absl::Milliseconds(300), kShareWindow, &shares);
   if (HasFailure()) return;
   std::printf("unequal calls: %s\n", shares.ToString(weights).c_str());
   ExpectDeviceShares(shares, weights);
