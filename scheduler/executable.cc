@@ -411,6 +411,11 @@ void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first
   // The instance keeps this run as its last one; the run no longer needs the
   // instance (in-flight work holds its command lists), so break the cycle.
   run.instance_.reset();
+  // Nor its arrays: the client holds the outputs it wants, and in-flight
+  // work holds the buffers it uses. The instance keeps this run (for its
+  // futures) until its next run, which must not keep outputs alive.
+  run.values_.clear();
+  run.step_futures_.clear();
   absl::MutexLock lock(&run.mu_);
   run.dispatched_ = true;
   run.dispatch_error_ = status;

@@ -473,6 +473,28 @@ TEST(SchedulerTest, WeightedSharesAreOfDeviceTimeWhenCallsDifferInCost) {
   EXPECT_LT(shares.dispatch[0] / shares.dispatch[3], 0.5 * (1.0 / 8)) << shares.ToString(weights);
 }
 
+// Tests that outputs a client has dropped are freed once their run is done:
+// the executable's instances keep a finished run (for backpressure), not its
+// arrays.
+TEST(SchedulerTest, DroppedOutputsAreFreedAfterTheirRun) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
+  ASSERT_OK_AND_ASSIGN(auto c, island->Connect("c"));
+  ASSERT_OK_AND_ASSIGN(auto mesh, c->AllocateMesh({1}));
+  const uint32_t rows = 512, k = 128;  // an output of 256 KiB
+  ASSERT_OK_AND_ASSIGN(Chain chain, MakeChain(*c, "drop", {mesh}, rows, k, 3));
+  ASSERT_OK_AND_ASSIGN(ArrayRef x, chain.NewInput(*c, reference::RandomFloats(size_t{rows} * k, 4)));
+  const uint64_t before = MemoryInUse(*rt);
+  for (int r = 0; r < 6; ++r) {
+    ASSERT_OK_AND_ASSIGN(Execution run, c->Execute(chain.exe, chain.Inputs(x)));
+    ASSERT_OK(run.Await(absl::Now() + kRunTimeout));
+  }  // each run's output dropped here
+  ASSERT_OK(rt->accelerators()[0]->Flush(absl::Now() + kRunTimeout));
+  EXPECT_LE(MemoryInUse(*rt), before + chain.exe->bytes_held())
+      << "outputs of finished runs are still held (" << chain.value_bytes() << " bytes each)";
+}
+
 // Tests that a client submitting runs faster than the device runs them is
 // held back in Execute (runs_in_flight runs at a time), so the device memory
 // and the in-flight submissions stay bounded.
