@@ -43,6 +43,7 @@ namespace causeway {
 namespace {
 
 using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RunConcurrently;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -64,17 +65,6 @@ constexpr ReduceOp kSum = ReduceOp::kSum;
 constexpr ReduceOp kMax = ReduceOp::kMax;
 
 constexpr int kMeshSizes[] = {1, 2, 3, 4, 5, 8};
-
-// Expects `status` to have `code` and a message containing every one of the
-// strings that follow.
-#define EXPECT_ERROR(status, want_code, ...)                                     \
-  do {                                                                           \
-    const ::absl::Status expect_error_status_ = (status);                        \
-    EXPECT_EQ(expect_error_status_.code(), (want_code)) << expect_error_status_; \
-    for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) {      \
-      EXPECT_THAT(std::string(expect_error_status_.message()), HasSubstr(part)); \
-    }                                                                            \
-  } while (0)
 
 const char* KindName(CollectiveKind kind) {
   switch (kind) {
@@ -1045,37 +1035,6 @@ TEST_F(CollectiveTest, InputOnAnotherMeshIsMovedFirst) {
     ASSERT_EQ(run.outputs[0]->mesh(), away);
     CheckOutput<float>(*run.outputs[0], Reference(kAllReduce, {}, shards), true, true);
   }
-}
-
-// Runs each body on a thread of its own and joins them. A body still running
-// after `limit` is a deadlock: it is reported and the process ends at once,
-// since a stuck thread can be neither joined nor abandoned safely.
-void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration limit,
-                     absl::string_view what) {
-  absl::Mutex mu;
-  size_t done = 0;
-  std::vector<std::thread> threads;
-  threads.reserve(bodies.size());
-  for (auto& body : bodies) {
-    threads.emplace_back([&mu, &done, &body] {
-      body();
-      absl::MutexLock lock(&mu);
-      ++done;
-    });
-  }
-  bool finished;
-  {
-    absl::MutexLock lock(&mu);
-    auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == bodies.size(); };
-    finished = mu.AwaitWithTimeout(absl::Condition(&all_done), limit);
-  }
-  if (!finished) {
-    ADD_FAILURE() << what << ": threads still running after " << limit << "; a deadlock";
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  for (auto& t : threads) t.join();
 }
 
 // An all-reduce (sum, f32) program over `mesh` with `elements` per position.

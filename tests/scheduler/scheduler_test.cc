@@ -36,42 +36,12 @@ namespace causeway {
 namespace {
 
 using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RunConcurrently;
 using ::causeway::testing::TestOptions;
 using ::testing::HasSubstr;
 
 // Every wait in these tests ends by this much; a run not done by then is a hang.
 constexpr absl::Duration kRunTimeout = absl::Seconds(20);
-
-// Runs each body on a thread of its own and joins them. A body still running
-// after `limit` is a deadlock: it is reported and the process ends at once,
-// since a stuck thread can be neither joined nor abandoned safely.
-void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration limit,
-                     absl::string_view what) {
-  absl::Mutex mu;
-  size_t done = 0;
-  std::vector<std::thread> threads;
-  threads.reserve(bodies.size());
-  for (auto& body : bodies) {
-    threads.emplace_back([&mu, &done, &body] {
-      body();
-      absl::MutexLock lock(&mu);
-      ++done;
-    });
-  }
-  bool finished;
-  {
-    absl::MutexLock lock(&mu);
-    auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == bodies.size(); };
-    finished = mu.AwaitWithTimeout(absl::Condition(&all_done), limit);
-  }
-  if (!finished) {
-    ADD_FAILURE() << what << ": threads still running after " << limit << "; a deadlock";
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  for (auto& t : threads) t.join();
-}
 
 // Collects a trace for its lifetime, from empty, and leaves tracing off and
 // the trace empty (also when a test fails half way).

@@ -23,17 +23,6 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Expects `status` to have `code` and a message containing every one of
-// the strings that follow.
-#define EXPECT_ERROR(status, want_code, ...)                                     \
-  do {                                                                           \
-    const ::absl::Status expect_error_status_ = (status);                        \
-    EXPECT_EQ(expect_error_status_.code(), (want_code)) << expect_error_status_; \
-    for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) {      \
-      EXPECT_THAT(std::string(expect_error_status_.message()), HasSubstr(part)); \
-    }                                                                            \
-  } while (0)
-
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 constexpr auto kFailedPrecondition = absl::StatusCode::kFailedPrecondition;
 constexpr auto kPermissionDenied = absl::StatusCode::kPermissionDenied;

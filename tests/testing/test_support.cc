@@ -2,7 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "runtime/instance.h"
 #include "runtime/status.h"
@@ -39,6 +44,33 @@ std::unique_ptr<Runtime> MakeRuntime(const RuntimeOptions& options) {
   auto rt = Runtime::Create(options);
   EXPECT_TRUE(rt.ok()) << rt.status();
   return rt.ok() ? std::move(rt).value() : nullptr;
+}
+
+void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration limit, absl::string_view what) {
+  absl::Mutex mu;
+  size_t done = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(bodies.size());
+  for (auto& body : bodies) {
+    threads.emplace_back([&mu, &done, &body] {
+      body();
+      absl::MutexLock lock(&mu);
+      ++done;
+    });
+  }
+  bool finished;
+  {
+    absl::MutexLock lock(&mu);
+    auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == bodies.size(); };
+    finished = mu.AwaitWithTimeout(absl::Condition(&all_done), limit);
+  }
+  if (!finished) {
+    ADD_FAILURE() << what << ": threads still running after " << limit << "; a deadlock";
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace causeway::testing

@@ -3,10 +3,15 @@
 #ifndef CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
 #define CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
 
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/reference.h"
 #include "runtime/runtime.h"
@@ -24,6 +29,11 @@ inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
 }
 
 using ::causeway::reference::RandomFloats;
+
+// Runs each body on a thread of its own and joins them. A body still running
+// after `limit` is a deadlock: it is reported and the process ends at once,
+// since a stuck thread can be neither joined nor abandoned safely.
+void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration limit, absl::string_view what);
 
 }  // namespace causeway::testing
 
@@ -43,5 +53,16 @@ using ::causeway::reference::RandomFloats;
   auto var = (rexpr);                                 \
   ASSERT_TRUE(var.ok()) << var.status();              \
   lhs = std::move(var).value()
+
+// Expects `status` to have `code` and a message containing every one of the
+// strings that follow.
+#define EXPECT_ERROR(status, want_code, ...)                                                  \
+  do {                                                                                        \
+    const ::absl::Status expect_error_status_ = (status);                                     \
+    EXPECT_EQ(expect_error_status_.code(), (want_code)) << expect_error_status_;              \
+    for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) {                   \
+      EXPECT_THAT(std::string(expect_error_status_.message()), ::testing::HasSubstr(part));   \
+    }                                                                                         \
+  } while (0)
 
 #endif  // CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
