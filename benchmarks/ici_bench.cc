@@ -39,6 +39,14 @@
 // run. Each size is checked once: device d holds d + 1 everywhere, so every
 // element of the result must be n(n + 1)/2.
 //
+// `bound` is the most busbw / copy can be when all devices share one memory
+// system, as a CPU driver's do: the plan's bytes read and written on every
+// device (a copy 2 per byte, a combine 3), at the rate a copy moves bytes.
+// busbw assumes a link per device; here every device's traffic shares the
+// one bus, so the ring's bound is 4/(7n) (0.29 at n = 2) and no algorithm's
+// exceeds 2(n - 1)/n^2 (each device must read its input and write its
+// output), far below the 0.7 a machine with real links reaches.
+//
 //   causeway_ici_bench [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64]
 //                      [--only=copy|allreduce]   (sizes in MiB)
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
@@ -187,7 +195,17 @@ class AllReduceCase {
     b.AllReduce("sum", mesh, "x", "y");
     b.Output("y");
     auto program = Must(b.Build(), "Build");
-    algorithm_ = program->steps()[0].collective->ToString();
+    const CollectivePlan& plan = *program->steps()[0].collective;
+    algorithm_ = plan.ToString();
+    // Bytes read and written on all devices: a copy reads and writes its
+    // elements, a combine reads two operands and writes one.
+    for (const CollectivePhase& phase : plan.phases) {
+      for (const auto& ops : phase.ops) {
+        for (const CollectiveOp& op : ops) {
+          traffic_ += op.elements * DTypeSize(plan.dtype) * (op.kind == CollectiveOp::kCombine ? 3 : 2);
+        }
+      }
+    }
     exe_ = Must(client_->Load(program), "Load");
     x_ = Must(client_->CreateArray(mesh, {global}, DType::kF32, Sharding::Split(0), "x"), "CreateArray");
     std::vector<float> host(global);
@@ -197,6 +215,11 @@ class AllReduceCase {
   ~AllReduceCase() { client_->Close(); }
 
   const std::string& algorithm() const { return algorithm_; }
+  // busbw / copy bandwidth if all devices share one memory system (as on a
+  // CPU driver) and every byte of the plan moved at the copy's speed: a copy
+  // of S moves 2S bytes in S / copy, so the plan takes traffic / (2 copy)
+  // and busbw / copy = 4 (n - 1) S / (n traffic).
+  double SharedMemoryBound() const { return 4.0 * (n_ - 1) * elements_ * 4 / (n_ * traffic_); }
   void Run() { last_ = Must(client_->Execute(exe_, {x_}), "Execute"), CHECK_OK(last_.Await()); }
   void Verify() {
     Run();
@@ -216,6 +239,7 @@ class AllReduceCase {
   ArrayRef x_;
   Execution last_;
   std::string algorithm_;
+  double traffic_ = 0;
 };
 
 void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
@@ -233,7 +257,7 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
   std::printf("\nall-reduce (sum, f32) over n accelerators; S bytes a device; busbw = S/t * 2(n-1)/n; "
               "GB/s, median of %d samples\n",
               runs);
-  std::printf("%8s %3s %10s %10s %9s  %s\n", "S", "n", "copy", "busbw", "/copy", "algorithm");
+  std::printf("%8s %3s %10s %10s %9s %9s  %s\n", "S", "n", "copy", "busbw", "/copy", "bound", "algorithm");
   for (uint64_t size : sizes) {
     SizeCase copy(rt->accelerator(0), rt->accelerator(1), size);
     copy.Verify();
@@ -250,8 +274,8 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
       for (auto& run : cases) run();  // warm-up
       auto samples = Alternate(runs, cases);
       double c = Median(samples[0]), bus = Median(samples[1]);
-      std::printf("%8s %3d %10.2f %10.2f %9.2f  %s\n", FormatBytes(size).c_str(), n, c, bus, bus / c,
-                  ar.algorithm().c_str());
+      std::printf("%8s %3d %10.2f %10.2f %9.2f %9.2f  %s\n", FormatBytes(size).c_str(), n, c, bus, bus / c,
+                  ar.SharedMemoryBound(), ar.algorithm().c_str());
       std::fflush(stdout);
     }
   }

@@ -14,6 +14,8 @@ namespace {
 constexpr uint32_t kLocal = 256;  // the 1-D kernels' default workgroup size
 // Workgroups of reduce_sum's first pass; the second pass reduces these.
 constexpr uint32_t kReduceGroups = 256;
+// Workgroups of a combine dispatch at most.
+constexpr uint32_t kCombineGroups = 1024;
 
 absl::Status Elementwise(const char* name, CommandList& list, std::vector<BufferArg> args, uint32_t count) {
   if (count == 0) return absl::InvalidArgumentError(absl::StrCat(name, ": count must be > 0"));
@@ -43,29 +45,43 @@ absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, cons
 
 absl::Status Combine(CommandList& list, bool max, bool i32, const ElementRef& a, const ElementRef& b,
                      const ElementRef& out, uint64_t count) {
-  if (count == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("combine"));
   const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
-  const uint64_t align = std::max<uint64_t>(limits.minStorageBufferOffsetAlignment, 4);
-  // Elements per dispatch: a bound range holds the piece plus at most
-  // align - 4 bytes of lead-in before it.
-  const uint64_t per_dispatch = std::min<uint64_t>((limits.maxStorageBufferRange - align) / 4, 1u << 30);
+  // Bound offsets are multiples of `step` (a power of two, like the
+  // device's alignment), so a binding starts at most step - 4 bytes before
+  // its operand.
+  const uint64_t step = std::max<uint64_t>(limits.minStorageBufferOffsetAlignment, 16);
+  // Elements per dispatch, a multiple of 4 that fits the binding limit.
+  const uint64_t per_dispatch = std::min<uint64_t>((limits.maxStorageBufferRange - step) / 16 * 4, 1u << 30);
   const SpecValues spec = {{1, max ? 1u : 0u}, {2, i32 ? 1u : 0u}};
-  for (uint64_t done = 0; done < count; done += per_dispatch) {
-    const uint64_t n = std::min(per_dispatch, count - done);
-    uint32_t lead[3];
-    std::vector<BufferArg> args;
-    const ElementRef* refs[3] = {&a, &b, &out};
-    for (int i = 0; i < 3; ++i) {
-      const uint64_t byte = (refs[i]->offset + done) * 4;
-      const uint64_t base = byte - byte % align;
-      lead[i] = static_cast<uint32_t>((byte - base) / 4);
-      args.emplace_back(refs[i]->buffer, base, byte - base + n * 4);
+  // Elements [first, last) in units of `unit` elements (4: combine4).
+  auto run = [&](uint64_t unit, uint64_t first, uint64_t last) -> absl::Status {
+    ASSIGN_OR_RETURN(auto kernel, BuiltinKernel(unit == 4 ? "combine4" : "combine"));
+    for (uint64_t done = first; done < last; done += per_dispatch) {
+      const uint64_t n = std::min(per_dispatch, last - done);
+      uint32_t lead[3];
+      std::vector<BufferArg> args;
+      const ElementRef* refs[3] = {&a, &b, &out};
+      for (int i = 0; i < 3; ++i) {
+        const uint64_t byte = (refs[i]->offset + done) * 4;
+        const uint64_t base = byte - byte % step;
+        lead[i] = static_cast<uint32_t>((byte - base) / 4 / unit);
+        args.emplace_back(refs[i]->buffer, base, byte - base + n * 4);
+      }
+      CombineParams params{static_cast<uint32_t>(n / unit), lead[0], lead[1], lead[2]};
+      // About a thousand workgroups keep a CPU driver's threads busy without
+      // paying for many small ones (measured on lavapipe: 8192 groups run
+      // 30% slower than 1024).
+      RETURN_IF_ERROR(
+          list.Dispatch(kernel, std::move(args), params, Groups1D(n / unit, kLocal, kCombineGroups), spec));
     }
-    CombineParams params{static_cast<uint32_t>(n), lead[0], lead[1], lead[2]};
-    RETURN_IF_ERROR(list.Dispatch(kernel, std::move(args), params, Groups1D(n, kLocal), spec));
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  };
+  // Four elements per invocation (twice as fast on lavapipe) when every
+  // operand starts at a multiple of 4 elements; the last count % 4 singly.
+  const bool quads = a.offset % 4 == 0 && b.offset % 4 == 0 && out.offset % 4 == 0;
+  const uint64_t whole = quads ? count / 4 * 4 : 0;
+  RETURN_IF_ERROR(run(4, 0, whole));
+  return run(1, whole, count);
 }
 
 absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha) {

@@ -33,8 +33,8 @@ struct BuiltinShader {
   absl::Span<const uint32_t> spirv;
 };
 
-// All built-in kernels, sorted by name ("add", "copy", "fill", "matmul",
-// "mul", "reduce_sum", "scale").
+// All built-in kernels, sorted by name ("add", "combine", "combine4",
+// "copy", "fill", "matmul", "mul", "reduce_sum", "scale").
 absl::Span<const BuiltinShader> BuiltinShaders();
 
 // The SPIR-V of the built-in kernel `name`, or nullopt if there is none.

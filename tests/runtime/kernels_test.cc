@@ -459,60 +459,79 @@ TEST_F(KernelsTest, DispatchOnBufferSubRanges) {
   EXPECT_TRUE(WordsEqual(got_a, Bits(a)));
 }
 
-// Tests combine (sum and max over f32 and i32) at unaligned element offsets
-// into three buffers: exactly the range is written, each result equals the
-// CPU's op on the same words.
-TEST_F(KernelsTest, CombineAtUnalignedOffsetsMatchesCpu) {
-  const uint32_t total = 4096, len = 1001;
-  const uint64_t a_off = 3, b_off = 130, out_off = 17;  // elements, not aligned
+// Tests combine (sum and max over f32 and i32) at element offsets into three
+// buffers, unaligned (one element at a time) and multiples of 4 (four at a
+// time, with and without a remainder): exactly the range is written, each
+// result equals the CPU's op on the same words.
+TEST_F(KernelsTest, CombineAtAnyOffsetsMatchesCpu) {
+  const uint32_t total = 4096;
+  struct Layout {
+    uint64_t a_off, b_off, out_off;
+    uint32_t len;
+  };
+  const Layout layouts[] = {
+      {3, 130, 17, 1001},  // unaligned
+      {4, 128, 20, 1001},  // quads and a remainder of 1
+      {0, 0, 0, 1000},     // quads only
+      {8, 12, 16, 3},      // the remainder only
+      {4, 5, 8, 999},      // one operand unaligned
+  };
   std::vector<float> af = RandomFloats(total, 31), bf = RandomFloats(total, 32);
   std::vector<uint32_t> ai = RandomWords(total, 33), bi = RandomWords(total, 34);
-  for (bool i32 : {false, true}) {
-    for (bool max : {false, true}) {
-      SCOPED_TRACE(absl::StrCat(i32 ? "i32" : "f32", max ? " max" : " sum"));
-      std::vector<uint32_t> a = i32 ? ai : Bits(af), b = i32 ? bi : Bits(bf);
-      ASSERT_OK_AND_ASSIGN(auto ab, NewBuffer(acc_, a));
-      ASSERT_OK_AND_ASSIGN(auto bb, NewBuffer(acc_, b));
-      ASSERT_OK_AND_ASSIGN(auto out, SentinelBuffer(acc_, total));
-      ASSERT_OK(RunList(acc_, [&](CommandList& list) {
-        return ops::Combine(list, max, i32, {ab, a_off}, {bb, b_off}, {out, out_off}, len);
-      }));
-      std::vector<uint32_t> want(total, kSentinel);
-      for (uint32_t i = 0; i < len; ++i) {
-        uint32_t x = a[a_off + i], y = b[b_off + i];
-        if (i32) {
-          int32_t sx = static_cast<int32_t>(x), sy = static_cast<int32_t>(y);
-          want[out_off + i] = static_cast<uint32_t>(max ? std::max(sx, sy) : static_cast<int32_t>(x + y));
-        } else {
-          float fx = std::bit_cast<float>(x), fy = std::bit_cast<float>(y);
-          want[out_off + i] = Bits(max ? std::max(fx, fy) : fx + fy);
+  for (const Layout& l : layouts) {
+    for (bool i32 : {false, true}) {
+      for (bool max : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(i32 ? "i32" : "f32", max ? " max" : " sum", " at ", l.a_off, ",", l.b_off, "->",
+                                  l.out_off, " x", l.len));
+        std::vector<uint32_t> a = i32 ? ai : Bits(af), b = i32 ? bi : Bits(bf);
+        ASSERT_OK_AND_ASSIGN(auto ab, NewBuffer(acc_, a));
+        ASSERT_OK_AND_ASSIGN(auto bb, NewBuffer(acc_, b));
+        ASSERT_OK_AND_ASSIGN(auto out, SentinelBuffer(acc_, total));
+        ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+          return ops::Combine(list, max, i32, {ab, l.a_off}, {bb, l.b_off}, {out, l.out_off}, l.len);
+        }));
+        std::vector<uint32_t> want(total, kSentinel);
+        for (uint32_t i = 0; i < l.len; ++i) {
+          uint32_t x = a[l.a_off + i], y = b[l.b_off + i];
+          if (i32) {
+            int32_t sx = static_cast<int32_t>(x), sy = static_cast<int32_t>(y);
+            want[l.out_off + i] =
+                static_cast<uint32_t>(max ? std::max(sx, sy) : static_cast<int32_t>(x + y));
+          } else {
+            float fx = std::bit_cast<float>(x), fy = std::bit_cast<float>(y);
+            want[l.out_off + i] = Bits(max ? std::max(fx, fy) : fx + fy);
+          }
         }
+        ASSERT_OK_AND_ASSIGN(auto got, Read<uint32_t>(acc_, out));
+        EXPECT_TRUE(WordsEqual(got, want));
       }
-      ASSERT_OK_AND_ASSIGN(auto got, Read<uint32_t>(acc_, out));
-      EXPECT_TRUE(WordsEqual(got, want));
     }
   }
 }
 
 // Tests that combine splits a range larger than one storage binding allows
-// (lavapipe: 128 MiB) into several dispatches, leaving nothing out.
+// (lavapipe: 128 MiB) into several dispatches, leaving nothing out, both one
+// element at a time (offset 5) and four at a time (offset 4, a remainder).
 TEST_F(KernelsTest, CombineBeyondTheBindingLimit) {
   const uint64_t limit = acc_->info().limits.maxStorageBufferRange;
-  const uint64_t count = limit / 4 + 1000, offset = 5;  // elements
-  const uint64_t bytes = (count + offset) * 4;
-  ASSERT_OK_AND_ASSIGN(auto a, acc_->CreateBuffer(bytes));
-  ASSERT_OK_AND_ASSIGN(auto b, acc_->CreateBuffer(bytes));
-  ASSERT_OK_AND_ASSIGN(auto out, acc_->CreateBuffer(bytes));
-  ASSERT_OK(RunList(acc_, [&](CommandList& list) -> absl::Status {
-    RETURN_IF_ERROR(list.Fill(a, Bits(1.5f)));
-    RETURN_IF_ERROR(list.Fill(b, Bits(2.0f)));
-    RETURN_IF_ERROR(list.Fill(out, kSentinel));
-    return ops::Combine(list, /*max=*/false, /*i32=*/false, {a, offset}, {b, offset}, {out, offset}, count);
-  }));
-  std::vector<uint32_t> got(count + offset);
-  ASSERT_OK(acc_->DownloadSync(out, got.data(), bytes));
-  for (uint64_t i = 0; i < offset; ++i) ASSERT_EQ(got[i], kSentinel) << i;
-  for (uint64_t i = offset; i < count + offset; ++i) ASSERT_EQ(got[i], Bits(3.5f)) << i;
+  for (uint64_t offset : {5, 4}) {  // elements
+    SCOPED_TRACE(absl::StrCat("offset ", offset));
+    const uint64_t count = limit / 4 + 1001;
+    const uint64_t bytes = (count + offset) * 4;
+    ASSERT_OK_AND_ASSIGN(auto a, acc_->CreateBuffer(bytes));
+    ASSERT_OK_AND_ASSIGN(auto b, acc_->CreateBuffer(bytes));
+    ASSERT_OK_AND_ASSIGN(auto out, acc_->CreateBuffer(bytes));
+    ASSERT_OK(RunList(acc_, [&](CommandList& list) -> absl::Status {
+      RETURN_IF_ERROR(list.Fill(a, Bits(1.5f)));
+      RETURN_IF_ERROR(list.Fill(b, Bits(2.0f)));
+      RETURN_IF_ERROR(list.Fill(out, kSentinel));
+      return ops::Combine(list, /*max=*/false, /*i32=*/false, {a, offset}, {b, offset}, {out, offset}, count);
+    }));
+    std::vector<uint32_t> got(count + offset);
+    ASSERT_OK(acc_->DownloadSync(out, got.data(), bytes));
+    for (uint64_t i = 0; i < offset; ++i) ASSERT_EQ(got[i], kSentinel) << i;
+    for (uint64_t i = offset; i < count + offset; ++i) ASSERT_EQ(got[i], Bits(3.5f)) << i;
+  }
 }
 
 // Tests matmul with each operand at a different aligned offset into one

@@ -91,7 +91,7 @@ std::vector<std::string> Names(absl::Span<const BuiltinShader> shaders) {
 // Tests that every kernel is listed exactly once, sorted by name.
 TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
   EXPECT_THAT(Names(BuiltinShaders()),
-              ElementsAre("add", "combine", "copy", "fill", "matmul", "mul", "reduce_sum", "scale"));
+              ElementsAre("add", "combine", "combine4", "copy", "fill", "matmul", "mul", "reduce_sum", "scale"));
 }
 
 // Tests that each module has a SPIR-V 1.5 header with a plausible id bound.
@@ -132,6 +132,7 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
   };
   const std::map<std::string, Expected> expected = {
       {"add", {3, 2, 1, {0}}},       {"combine", {3, 2, 1, {0, 1, 2}}},
+      {"combine4", {3, 2, 1, {0, 1, 2}}},
       {"copy", {2, 1, 1, {0}}},      {"fill", {1, 0, 1, {0}}},
       {"matmul", {3, 2, 1, {0, 1}}}, {"mul", {3, 2, 1, {0}}},  {"reduce_sum", {2, 1, 1, {0}}},
       {"scale", {2, 1, 1, {0}}},
