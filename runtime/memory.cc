@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<MemoryPool>> MemoryPool::Create(Accelerator* acce
 
 MemoryPool::~MemoryPool() {
   absl::MutexLock lock(&mu_);
+  spare_.clear();
   while (!blocks_.empty()) FreeBlock(blocks_.back().get());
 }
 
@@ -129,6 +130,40 @@ uint64_t MemoryPool::bytes_reserved() const {
   absl::MutexLock lock(&mu_);
   return reserved_;
 }
+uint64_t MemoryPool::bytes_spare() const {
+  absl::MutexLock lock(&mu_);
+  return spare_bytes_;
+}
+
+void MemoryPool::ReleaseSpare() {
+  absl::MutexLock lock(&mu_);
+  TrimSpare(0, 0);
+}
+
+MemoryBlock* MemoryPool::TakeSpare(uint64_t size, uint32_t type_bits) {
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    const MemoryBlock& b = **it;
+    if ((type_bits & (1u << b.type_index)) == 0 || b.size < size || b.size - size > size / 4) continue;
+    if (best == spare_.end() || b.size < (*best)->size) best = it;
+  }
+  if (best == spare_.end()) return nullptr;
+  MemoryBlock* block = *best;
+  spare_.erase(best);
+  spare_bytes_ -= block->size;
+  block->spare = false;
+  return block;
+}
+
+void MemoryPool::TrimSpare(size_t keep, uint64_t incoming) {
+  while (!spare_.empty() && (spare_.size() > keep || reserved_ + incoming > options_.budget)) {
+    MemoryBlock* block = spare_.front();
+    spare_.erase(spare_.begin());
+    spare_bytes_ -= block->size;
+    FreeBlock(block);
+  }
+}
+
 size_t MemoryPool::block_count() const {
   absl::MutexLock lock(&mu_);
   return blocks_.size();
@@ -227,6 +262,7 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
   bool dedicated = reserved > options_.block_size / 2;
   for (auto& b : blocks_) {
     if (dedicated) break;
+    if (b->dedicated) continue;
     if ((req.memoryTypeBits & (1u << b->type_index)) == 0) continue;
     auto r = b->ranges.Allocate(reserved, alignment);
     if (r.ok()) {
@@ -235,11 +271,19 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
       break;
     }
   }
+  if (block == nullptr && dedicated) block = TakeSpare(reserved, req.memoryTypeBits);
+  if (block != nullptr && dedicated) {
+    auto r = block->ranges.Allocate(reserved, alignment);
+    if (!r.ok()) return r.status();  // cannot happen: an empty block of at least `reserved`
+    offset = r->offset;
+  }
   if (block == nullptr) {
     uint64_t block_size = dedicated ? reserved : options_.block_size;
     // Never reserve a shared block beyond what the budget could ever use.
     block_size = std::max(reserved, std::min(block_size, options_.budget));
+    TrimSpare(spare_.size(), block_size);
     ASSIGN_OR_RETURN(block, NewBlock(block_size, req.memoryTypeBits));
+    block->dedicated = dedicated;
     auto r = block->ranges.Allocate(reserved, alignment);
     if (!r.ok()) return r.status();
     offset = r->offset;
@@ -262,6 +306,19 @@ void MemoryPool::Release(Buffer* buffer) {
   MemoryBlock* block = buffer->block_;
   (void)block->ranges.Free(buffer->offset_);
   in_use_ -= buffer->reserved_;
+  if (block->ranges.empty() && block->dedicated) {
+    // Keep it for the next buffer of about its size, with its pages and
+    // peers' imports, unless the spares are full.
+    if (options_.max_spare_blocks <= 0) {
+      FreeBlock(block);
+      return;
+    }
+    block->spare = true;
+    spare_.push_back(block);
+    spare_bytes_ += block->size;
+    TrimSpare(static_cast<size_t>(options_.max_spare_blocks), 0);
+    return;
+  }
   if (block->ranges.empty()) {
     // Keep one empty block of the standard size for reuse; free the rest.
     int empty = 0;

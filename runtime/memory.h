@@ -40,6 +40,8 @@ struct MemoryBlock {
   uint64_t size = 0;
   uint32_t type_index = 0;
   bool exportable = false;
+  bool dedicated = false;  // made for one buffer over half a standard block
+  bool spare = false;      // dedicated, empty, kept for the next buffer that fits
   void* mapped = nullptr;  // for host-visible kinds
   SubAllocator ranges;
   explicit MemoryBlock(uint64_t capacity) : ranges(capacity) {}
@@ -83,6 +85,11 @@ struct PoolOptions {
   MemoryKind kind = MemoryKind::kDevice;
   uint64_t budget = UINT64_MAX;         // bytes of live buffers allowed
   uint64_t block_size = 64ull << 20;    // requests over half of this get a block of their own
+  // Emptied blocks of their own kept for reuse (a program's large outputs
+  // come back every run): the next buffer that fits takes one with its pages
+  // and peers' imports in place. Never more than this many, and never when
+  // keeping one would take the memory held over the budget.
+  int max_spare_blocks = 4;
   bool exportable = false;              // blocks exportable as opaque fds
 };
 
@@ -100,7 +107,10 @@ class MemoryPool {
 
   uint64_t budget() const { return options_.budget; }
   uint64_t bytes_in_use() const;      // live buffers, as reserved
-  uint64_t bytes_reserved() const;    // VkDeviceMemory held
+  uint64_t bytes_reserved() const;    // VkDeviceMemory held (spare blocks too)
+  uint64_t bytes_spare() const;       // held in spare blocks
+  // Frees the spare blocks (and so peers' imports of them).
+  void ReleaseSpare();
   size_t block_count() const;
   MemoryKind kind() const { return options_.kind; }
   bool exportable() const { return options_.exportable; }
@@ -119,6 +129,12 @@ class MemoryPool {
   void Release(Buffer* buffer);
   absl::StatusOr<MemoryBlock*> NewBlock(uint64_t size, uint32_t type_bits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeBlock(MemoryBlock* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The smallest spare block of at least `size` bytes (and at most a
+  // quarter more), taken out of the spares; null if none.
+  MemoryBlock* TakeSpare(uint64_t size, uint32_t type_bits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees spares, oldest first, until at most `keep` remain and a new block
+  // of `incoming` bytes would keep the memory held within the budget.
+  void TrimSpare(size_t keep, uint64_t incoming) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Accelerator* accelerator_ = nullptr;
   std::shared_ptr<Device> device_;
@@ -130,6 +146,8 @@ class MemoryPool {
   std::vector<std::unique_ptr<MemoryBlock>> blocks_ ABSL_GUARDED_BY(mu_);
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<MemoryBlock*> spare_ ABSL_GUARDED_BY(mu_);  // oldest first; owned by blocks_
+  uint64_t spare_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<BlockFreedListener> listeners_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -448,15 +448,37 @@ TEST(CopyTest, ImportIsReusedPerBlockAndDroppedWithIt) {
   EXPECT_EQ(imports->size(), 2u);
 
   // Release the buffer while a copy from it is in flight: the copy keeps it
-  // alive; once the copy is done the block is freed and its import dropped.
+  // alive; once the copy is done the block is kept as a spare, with its
+  // import, for the next buffer of its size.
+  const uint64_t big_block = big->block()->id;
   Future<> last = b->Copy(big, BufferArg(dst, 0, 40 * kMiB));
   big.reset();
   ASSERT_OK(last.Await());
-  EXPECT_EQ(imports->size(), 1u);
-  EXPECT_EQ(a->device_pool().block_count(), 1u);
+  EXPECT_EQ(a->device_pool().bytes_spare(), 40 * kMiB);
+  EXPECT_EQ(a->memory_in_use(), small1->reserved_size() + small2->reserved_size());
+  EXPECT_EQ(imports->size(), 2u);
   std::vector<uint8_t> got(40 * kMiB);
   ASSERT_OK(b->DownloadSync(dst, got.data(), got.size()));
   EXPECT_TRUE(SameBytes(got.data(), big_bytes.data(), got.size(), "bytes copied from the released buffer"));
+
+  // A buffer of about its size takes the spare block, and copies from it use
+  // the import already made.
+  ASSERT_OK_AND_ASSIGN(auto again, a->CreateBuffer(39 * kMiB));
+  EXPECT_EQ(again->block()->id, big_block);
+  EXPECT_EQ(a->device_pool().bytes_spare(), 0u);
+  std::vector<uint8_t> again_bytes = RandomBytes(39 * kMiB, 9);
+  ASSERT_OK(a->UploadSync(again, again_bytes.data(), again_bytes.size()));
+  ASSERT_OK(b->Copy(again, BufferArg(dst, 0, 39 * kMiB)).Await());
+  EXPECT_EQ(imports->size(), 2u);
+  ASSERT_OK(b->DownloadSync(dst, got.data(), 39 * kMiB));
+  EXPECT_TRUE(SameBytes(got.data(), again_bytes.data(), 39 * kMiB, "bytes copied from the reused block"));
+
+  // Freed for good (the spares released), the block's import is dropped.
+  again.reset();
+  a->device_pool().ReleaseSpare();
+  EXPECT_EQ(a->device_pool().bytes_spare(), 0u);
+  EXPECT_EQ(imports->size(), 1u);
+  EXPECT_EQ(a->device_pool().block_count(), 1u);
 
   // The small block's import still works.
   ASSERT_OK(b->Copy(small1, BufferArg(dst, 0, 4096)).Await());

@@ -351,7 +351,8 @@ TEST(MemoryTest, ConcurrentAllocationsRespectBudget) {
 }
 
 // Tests that a buffer of over half the block size gets a block of its own even
-// when a shared block has room, so freeing it returns its memory.
+// when a shared block has room, so freeing it returns its memory (once the
+// spare blocks are released).
 TEST(MemoryTest, LargeBufferGetsItsOwnBlock) {
   auto rt = MakeRuntime(1);
   ASSERT_NE(rt, nullptr);
@@ -363,8 +364,9 @@ TEST(MemoryTest, LargeBufferGetsItsOwnBlock) {
   EXPECT_EQ(large->block()->size, large->reserved_size());
   EXPECT_EQ(acc->memory_reserved(), kBlockSize + large->reserved_size());
   large.reset();
-  EXPECT_EQ(acc->memory_reserved(), kBlockSize);
   EXPECT_EQ(acc->memory_in_use(), small->reserved_size());
+  acc->device_pool().ReleaseSpare();
+  EXPECT_EQ(acc->memory_reserved(), kBlockSize);
 }
 
 // Tests uploads and downloads of sub-ranges at odd offsets.
@@ -515,6 +517,64 @@ TEST(MemoryTest, BudgetFromEnvironment) {
   auto rt = MakeRuntime(TestOptions(2));
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(rt->accelerator(0)->memory_budget(), rt->plan().device->DeviceLocalHeapSize() / 2);
+}
+
+// Tests the spare blocks: a buffer of its own block, freed, leaves the block
+// (its memory held, not in use) for the next buffer of about its size; a
+// buffer much smaller or larger does not take it; small buffers never land
+// in it; no more than four are kept; and a new block that would take the
+// memory held over the budget frees the spares first.
+TEST(MemoryTest, SpareBlocksAreReusedAndBounded) {
+  auto rt = MakeRuntimeWithBudget(256 * kMiB);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  MemoryPool& pool = acc->device_pool();
+
+  ASSERT_OK_AND_ASSIGN(auto big, acc->CreateBuffer(48 * kMiB));
+  const MemoryBlock* block = big->block();
+  big.reset();
+  EXPECT_EQ(acc->memory_in_use(), 0u);
+  EXPECT_EQ(pool.bytes_spare(), 48 * kMiB);
+  EXPECT_EQ(acc->memory_reserved(), 48 * kMiB);
+
+  // A small buffer gets a standard block, not the spare.
+  ASSERT_OK_AND_ASSIGN(auto small, acc->CreateBuffer(4096));
+  EXPECT_NE(small->block(), block);
+  EXPECT_EQ(pool.bytes_spare(), 48 * kMiB);
+  // Too small (more than a quarter of the block would be idle): a new block.
+  ASSERT_OK_AND_ASSIGN(auto b33, acc->CreateBuffer(33 * kMiB));
+  EXPECT_NE(b33->block(), block);
+  // About its size: the spare itself.
+  ASSERT_OK_AND_ASSIGN(auto b38, acc->CreateBuffer(40 * kMiB));
+  EXPECT_EQ(b38->block(), block);
+  EXPECT_EQ(pool.bytes_spare(), 0u);
+  EXPECT_EQ(acc->memory_in_use(), small->reserved_size() + b33->reserved_size() + b38->reserved_size());
+  b33.reset();
+  b38.reset();
+  EXPECT_EQ(pool.bytes_spare(), 33 * kMiB + 48 * kMiB);
+
+  // At most four spares: five freed blocks of 33..37 MiB leave four.
+  small.reset();
+  pool.ReleaseSpare();
+  std::vector<std::shared_ptr<Buffer>> five;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto b, acc->CreateBuffer((33 + i) * kMiB));
+    five.push_back(b);
+  }
+  five.clear();
+  EXPECT_LE(pool.bytes_spare(), 4 * 37 * kMiB);
+  EXPECT_EQ(pool.block_count(), 4u + 1u);  // four spares and the standard block kept empty
+  EXPECT_EQ(acc->memory_in_use(), 0u);
+
+  // A 200 MiB block would take the memory held over the budget while the
+  // spares are kept: they go first.
+  ASSERT_OK_AND_ASSIGN(auto huge, acc->CreateBuffer(200 * kMiB));
+  EXPECT_EQ(pool.bytes_spare(), 0u);
+  EXPECT_EQ(acc->memory_reserved(), 200 * kMiB + kBlockSize);
+  EXPECT_EQ(acc->memory_in_use(), 200 * kMiB);
+  huge.reset();
+  pool.ReleaseSpare();
+  EXPECT_EQ(pool.bytes_spare(), 0u);
 }
 
 }  // namespace
