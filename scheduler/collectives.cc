@@ -57,6 +57,37 @@ absl::StatusOr<Shape> CollectiveOutputShard(CollectiveKind kind, int devices, co
   return absl::InternalError("unknown collective");
 }
 
+absl::StatusOr<CollectiveGroups> GroupsForAxis(const std::vector<int>& dims, int mesh_axis) {
+  int size = 1;
+  for (int d : dims) size *= d;
+  CollectiveGroups g;
+  g.group.assign(size, 0);
+  g.position.assign(size, 0);
+  if (mesh_axis == -1 || (dims.size() == 1 && mesh_axis == 0)) {
+    g.members.emplace_back();
+    for (int i = 0; i < size; ++i) {
+      g.members[0].push_back(i);
+      g.position[i] = i;
+    }
+    return g;
+  }
+  if (mesh_axis < 0 || mesh_axis >= static_cast<int>(dims.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("a mesh of ", dims.size(), " dimension",
+                                                   dims.size() == 1 ? "" : "s", " has no axis ", mesh_axis));
+  }
+  // Row-major [rows, cols]: axis 0 runs down a column, axis 1 along a row.
+  const int rows = dims[0], cols = dims[1];
+  const int groups = mesh_axis == 0 ? cols : rows, length = mesh_axis == 0 ? rows : cols;
+  g.members.assign(groups, std::vector<int>(length));
+  for (int i = 0; i < size; ++i) {
+    const int r = i / cols, c = i % cols;
+    g.group[i] = mesh_axis == 0 ? c : r;
+    g.position[i] = mesh_axis == 0 ? r : c;
+    g.members[g.group[i]][g.position[i]] = i;
+  }
+  return g;
+}
+
 namespace {
 
 // Part `i` of `total` elements cut into `parts` nearly equal pieces (the
@@ -67,6 +98,16 @@ struct Piece {
 Piece PieceOf(uint64_t total, int parts, int i) {
   uint64_t base = total / parts, rem = total % parts, ui = static_cast<uint64_t>(i);
   return {ui * base + std::min(ui, rem), base + (ui < rem ? 1 : 0)};
+}
+
+// As PieceOf, but every piece but the last starts and ends at a multiple of
+// 4 elements, so that combine reduces four at a time (a piece may be empty).
+Piece QuadPieceOf(uint64_t total, int parts, int i) {
+  auto boundary = [&](int k) -> uint64_t {
+    if (k >= parts) return total;
+    return static_cast<uint64_t>(k) * (total / 4) / parts * 4;
+  };
+  return {boundary(i), boundary(i + 1) - boundary(i)};
 }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
@@ -149,7 +190,7 @@ void PlanAllReduceRing(CollectivePlan& plan) {
     CollectivePhase phase = NewPhase(n);
     for (int d = 0; d < n; ++d) {
       const int left = Mod(d - 1, n);
-      Piece c = PieceOf(e, n, Mod(d - s - 1, n));
+      Piece c = QuadPieceOf(e, n, Mod(d - s - 1, n));
       phase.waits[d].push_back(left);
       if (c.size == 0) continue;
       phase.ops[d].push_back(
@@ -165,14 +206,14 @@ void PlanAllReduceRing(CollectivePlan& plan) {
     CollectivePhase phase = NewPhase(n);
     for (int d = 0; d < n; ++d) {
       const int left = Mod(d - 1, n);
-      Piece c = PieceOf(e, n, Mod(d - s, n));
+      Piece c = QuadPieceOf(e, n, Mod(d - s, n));
       phase.waits[d].push_back(left);
       if (c.size == 0) continue;
       phase.ops[d].push_back(Copy(left, CollectiveOp::kOut, c.offset, CollectiveOp::kOut, c.offset, c.size));
     }
     plan.phases.push_back(std::move(phase));
   }
-  plan.recv_elements = PieceOf(e, n, 0).size;
+  for (int i = 0; i < n; ++i) plan.recv_elements = std::max(plan.recv_elements, QuadPieceOf(e, n, i).size);
 }
 
 void PlanReduceScatterRing(CollectivePlan& plan) {
@@ -267,7 +308,7 @@ absl::Status PlanPermute(CollectivePlan& plan) {
   for (auto [s, t] : plan.options.pairs) {
     if (s < 0 || s >= n || t < 0 || t >= n) {
       return absl::InvalidArgumentError(absl::StrCat("permute pair (", s, ", ", t, ") is outside the ", n,
-                                                     " devices of the mesh"));
+                                                     " devices the collective runs over (positions 0..", n - 1, ")"));
     }
     if (source_of[t] >= 0) {
       return absl::InvalidArgumentError(absl::StrCat("permute names device ", t, " as a target twice"));
@@ -313,7 +354,8 @@ absl::StatusOr<std::shared_ptr<const CollectivePlan>> PlanCollective(CollectiveK
   }
   if (kind == CollectiveKind::kBroadcast && (options.root < 0 || options.root >= devices)) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", options.root, " is outside the ", devices,
-                                                   " devices of the mesh"));
+                                                   " devices the collective runs over (positions 0..", devices - 1,
+                                                   ")"));
   }
   if (kind == CollectiveKind::kPermute && options.algorithm == CollectiveAlgorithm::kRing) {
     return absl::InvalidArgumentError("permute has no ring algorithm (every pair is one copy)");

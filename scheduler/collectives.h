@@ -1,9 +1,13 @@
-// Collectives over the accelerators of a 1-D mesh, as program nodes: the data
+// Collectives over the accelerators of a mesh, as program nodes: the data
 // moves by device copies (ICI: copies between queues of one VkDevice, or
 // through imported memory between VkDevices) and reductions run as kernels.
 //
-// Every device of the mesh holds one shard of the input (shard shape S, E
-// elements); position p is the mesh's p-th device.
+// A collective runs over a group of devices: every device of the mesh (in
+// row-major order), or, over one axis of a 2-D mesh, each line of devices
+// along that axis at once (a group per index of the other axis, position p
+// being mesh coordinate p along the axis). Every device holds one shard of
+// the input (shard shape S, E elements); position p is the group's p-th
+// device.
 //
 //   all-reduce      every device gets op(shard_0, ..., shard_{n-1}); the
 //                   output is replicated, shape S.
@@ -53,7 +57,23 @@ struct CollectiveOptions {
   std::vector<std::pair<int, int>> pairs;  // permute: (source, target) positions
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
   uint64_t ring_threshold_bytes = 256 << 10;  // kAuto: ring from this shard size
+  // -1: one group of every device of the mesh. 0 or 1: over that axis of a
+  // 2-D mesh, one group per line of devices along it.
+  int mesh_axis = -1;
 };
+
+// Which devices of a mesh run a collective together, in position order.
+struct CollectiveGroups {
+  std::vector<std::vector<int>> members;  // [group][position]: device index in the mesh
+  std::vector<int> group, position;       // [device index]
+  int size() const { return static_cast<int>(members[0].size()); }  // devices per group
+  // The device at `pos` of the group of `device`.
+  int Peer(int device, int pos) const { return members[group[device]][pos]; }
+};
+
+// The groups of a mesh of `dims` (1 or 2 entries) for `mesh_axis`; an error
+// names an axis the mesh does not have.
+absl::StatusOr<CollectiveGroups> GroupsForAxis(const std::vector<int>& dims, int mesh_axis);
 
 // One device's work in one phase of a collective.
 struct CollectiveOp {

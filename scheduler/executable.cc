@@ -136,12 +136,13 @@ absl::Status Executable::RecordCollective(CommandList& list, const std::vector<A
     }
     return absl::InternalError("unknown collective buffer");
   };
-  for (const CollectiveOp& op : plan.phases[step.phase].ops[d]) {
+  const CollectiveGroups& groups = *step.groups;
+  for (const CollectiveOp& op : plan.phases[step.phase].ops[groups.position[d]]) {
     if (op.elements == 0) continue;
     ASSIGN_OR_RETURN(auto dst, buffer(op.dst, d));
     switch (op.kind) {
       case CollectiveOp::kCopy: {
-        ASSIGN_OR_RETURN(auto src, buffer(op.src, op.src_device));
+        ASSIGN_OR_RETURN(auto src, buffer(op.src, groups.Peer(d, op.src_device)));
         RETURN_IF_ERROR(list.Copy(BufferArg(src, op.src_offset * elem, op.elements * elem),
                                   BufferArg(dst, op.dst_offset * elem, op.elements * elem)));
         break;
@@ -364,7 +365,9 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     if (head.kind == ProgramStep::kCollective) {
       // The peers this device reads from: their input (first phase) or
       // their part of the phase before.
-      for (int peer : head.collective->phases[head.phase].waits[d]) {
+      const CollectiveGroups& groups = *head.groups;
+      for (int pos : head.collective->phases[head.phase].waits[groups.position[d]]) {
+        const int peer = groups.Peer(d, pos);
         waits.push_back(head.phase == 0 ? run.values_[head.inputs[0]]->ShardReady(peer)
                                         : run.step_futures_[first - 1][peer]);
       }
@@ -382,9 +385,10 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
         }
       }
       if (steps[s].kind == ProgramStep::kCollective) {
-        for (const CollectiveOp& op : steps[s].collective->phases[steps[s].phase].ops[d]) {
+        const CollectiveGroups& groups = *steps[s].groups;
+        for (const CollectiveOp& op : steps[s].collective->phases[steps[s].phase].ops[groups.position[d]]) {
           if (op.kind == CollectiveOp::kCopy && op.src == CollectiveOp::kIn) {
-            run.values_[steps[s].inputs[0]]->AddReader(op.src_device, f);
+            run.values_[steps[s].inputs[0]]->AddReader(groups.Peer(d, op.src_device), f);
           }
         }
       }

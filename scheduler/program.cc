@@ -160,10 +160,11 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     }
     RETURN_IF_ERROR(check_mesh(what, node.mesh));
     if (node.collective) {
-      if (node.mesh->dims().size() != 1) {
-        return absl::UnimplementedError(absl::StrCat(what, ": ", CollectiveKindName(node.collective_kind),
-                                                     " over ", node.mesh->DebugString(),
-                                                     ": collectives run over 1-D meshes only so far"));
+      const int axis = node.collective_options.mesh_axis;
+      if (axis < -1 || axis >= static_cast<int>(node.mesh->dims().size())) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": ", CollectiveKindName(node.collective_kind),
+                                                       " over mesh axis ", axis, ", but ", node.mesh->DebugString(),
+                                                       " has ", node.mesh->dims().size(), " axes"));
       }
     } else if (!node.reshard) {
       const Function& f = *node.function;
@@ -294,19 +295,37 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
       const ProgramValue in = p.values_[v];
       auto shard = ShardShape(in.shape, in.sharding, *node.mesh);
       if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", shard.status().message()));
-      auto plan = PlanCollective(node.collective_kind, node.collective_options, node.mesh->size(), *shard, in.dtype);
+      ASSIGN_OR_RETURN(CollectiveGroups groups,
+                       GroupsForAxis(node.mesh->dims(), node.collective_options.mesh_axis));
+      const int size = groups.size();
+      auto plan = PlanCollective(node.collective_kind, node.collective_options, size, *shard, in.dtype);
       if (!plan.ok()) {
         return absl::Status(plan.status().code(), absl::StrCat(what, ": ", plan.status().message()));
       }
-      ASSIGN_OR_RETURN(Shape out_shard, CollectiveOutputShard(node.collective_kind, node.mesh->size(), *shard));
-      Sharding sharding = Sharding::Replicated();
-      if (node.collective_kind == CollectiveKind::kReduceScatter) sharding = Sharding::Split(0);
+      ASSIGN_OR_RETURN(Shape out_shard, CollectiveOutputShard(node.collective_kind, size, *shard));
+      // The mesh axis the collective runs along (-1: both of a 2-D mesh), and
+      // whether the input differs along the other one only.
+      const int along = node.mesh->dims().size() == 1 ? 0 : node.collective_options.mesh_axis;
+      const bool split_across = along >= 0 && node.mesh->dims().size() == 2 && !in.sharding.replicated() &&
+                                in.sharding.mesh_axis == 1 - along;
+      Sharding sharding = split_across ? in.sharding : Sharding::Replicated();
       if (node.collective_kind == CollectiveKind::kPermute) sharding = in.sharding;
+      if (node.collective_kind == CollectiveKind::kReduceScatter) {
+        if (along < 0 || split_across) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": reduce-scatter over ", along < 0 ? "both axes of " : "one axis of ", node.mesh->DebugString(),
+              along < 0 ? "" : absl::StrCat(" of '", in.name, "', which is ", in.sharding.ToString(), ","),
+              " would split its result over both mesh axes, which a sharding cannot express",
+              along < 0 ? "; name a mesh axis" : ""));
+        }
+        sharding = Sharding::Split(0, along);
+      }
       int id = static_cast<int>(p.values_.size());
       value_ids[node.outputs[0]] = id;
       p.values_.push_back({node.outputs[0], ProgramValue::kIntermediate, node.mesh,
                            GlobalShape(out_shard, sharding, *node.mesh), in.dtype, sharding});
       const size_t phases = (*plan)->phases.size();
+      auto shared_groups = std::make_shared<const CollectiveGroups>(std::move(groups));
       for (size_t ph = 0; ph < phases; ++ph) {
         ProgramStep step;
         step.kind = ProgramStep::kCollective;
@@ -316,6 +335,7 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
         step.outputs = {id};
         step.collective = *plan;
         step.phase = static_cast<int>(ph);
+        step.groups = shared_groups;
         p.steps_.push_back(std::move(step));
       }
       continue;

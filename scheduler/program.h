@@ -43,6 +43,9 @@ struct ProgramStep {
   bool reads_peers = false;  // kTransfer within one mesh reading other devices' shards
   std::shared_ptr<const CollectivePlan> collective;  // kCollective
   int phase = 0;                                     // kCollective: which of the plan's phases
+  // kCollective: which devices of the mesh run the plan together (the plan's
+  // positions are positions in a group).
+  std::shared_ptr<const CollectiveGroups> groups;
   // Whether a device's part waits for other devices (a collective phase
   // over several): such a step always begins a gang call of its own.
   bool waits_on_peers() const {
@@ -107,9 +110,14 @@ class ProgramBuilder {
   ProgramBuilder& Reshard(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
                           Sharding sharding);
 
-  // A collective over the devices of `mesh` (1-D) on `input` (moved to
-  // `mesh` first if it lives on another mesh of the same shape); see
-  // collectives.h for what each computes and the output's shape and sharding.
+  // A collective over the devices of `mesh` on `input` (moved to `mesh` first
+  // if it lives on another mesh), over every device or, on a 2-D mesh, over
+  // options.mesh_axis (one collective per line of devices along it); see
+  // collectives.h for what each computes. The output's sharding: a
+  // reduce-scatter's is split(0) over the collective's axis; a permute keeps
+  // the input's; the others are replicated, except that over one axis of a
+  // 2-D mesh an input split over the other axis stays split over it (each
+  // line computes on its own piece).
   ProgramBuilder& Collective(std::string node, CollectiveKind kind, std::shared_ptr<Mesh> mesh, std::string input,
                              std::string output, CollectiveOptions options = {});
   ProgramBuilder& AllReduce(std::string node, std::shared_ptr<Mesh> mesh, std::string input, std::string output,
