@@ -12,6 +12,8 @@ PACKAGES=(
   glslang-tools glslang-dev spirv-tools
   # libraries
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # libcrypto of OpenSSL: HMAC-SHA256 and nonces of the transport's handshake
+  libssl-dev
 )
 
 missing=()
