@@ -541,6 +541,44 @@ TEST_F(ReshardTest, BuildRefusesReshardsThatDoNotFit) {
   }
 }
 
+// Tests that a transfer from a released array, or from another client's
+// array, is refused before anything is dispatched, naming the parameter and
+// why; and that the executable then runs correctly with the client's own.
+TEST_F(ReshardTest, TransferFromReleasedOrForeignArrayIsRefused) {
+  const Shape shape = {12, 8};
+  const Layout from{line2_, Sharding::Split(0)};
+  ProgramBuilder b("move");
+  b.Parameter("x", from.mesh, shape, DType::kF32, from.sharding);
+  b.Reshard("r", line3_, "x", "y", Sharding::Split(0));
+  b.Output("y");
+  ASSERT_OK_AND_ASSIGN(auto program, b.Build());
+  ASSERT_OK_AND_ASSIGN(auto exe, client_->Load(program));
+  const std::vector<uint8_t> bytes = Pattern(NumElements(shape), 4, 3);
+
+  ArrayRef released;
+  ASSERT_NO_FATAL_FAILURE(Upload(from, shape, DType::kF32, bytes, &released));
+  released->Release();
+  absl::StatusOr<Execution> run = client_->Execute(exe, {released});
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kFailedPrecondition) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("parameter 'x'"));
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("was released"));
+
+  ASSERT_OK_AND_ASSIGN(auto other, island_->Connect("other"));
+  ASSERT_OK_AND_ASSIGN(auto other_mesh, other->AllocateMesh({2}));
+  ASSERT_OK_AND_ASSIGN(ArrayRef foreign, other->CreateArray(other_mesh, shape, DType::kF32, from.sharding, "theirs"));
+  ASSERT_OK(foreign->Upload(bytes.data(), bytes.size()));
+  run = client_->Execute(exe, {foreign});
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kPermissionDenied) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("parameter 'x'"));
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("belongs to another client"));
+
+  ArrayRef own;
+  ASSERT_NO_FATAL_FAILURE(Upload(from, shape, DType::kF32, bytes, &own));
+  ASSERT_OK_AND_ASSIGN(Execution good, client_->Execute(exe, {own}));
+  ASSERT_OK(good.Await(absl::Now() + kRunTimeout));
+  ExpectHolds(good.outputs[0], bytes);
+}
+
 // Tests that re-uploading a parameter right after a run that reshards it was
 // queued waits for the run's reads: each run sees its own upload.
 TEST_F(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
