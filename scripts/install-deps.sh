@@ -14,6 +14,8 @@ PACKAGES=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   # libcrypto of OpenSSL: HMAC-SHA256 and nonces of the transport's handshake
   libssl-dev
+  # protobuf: the control messages of the transport's connections (library, protoc)
+  libprotobuf-dev protobuf-compiler
 )
 
 missing=()
