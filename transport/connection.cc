@@ -1,6 +1,7 @@
 #include "transport/connection.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,6 +28,11 @@ namespace {
 // Room in a goodbye frame for the Envelope around the reason.
 constexpr size_t kMaxGoodbyeReasonBytes = kMaxGoodbyePayload - 32;
 
+// The most bytes read at a time when dropping bulk data nobody takes.
+constexpr uint64_t kDropBufferBytes = uint64_t{1} << 20;
+
+static_assert(kDataChunkBytes <= kMaxDataPayload, "a chunk must fit a data frame");
+
 absl::Span<const uint8_t> AsBytes(const std::string& bytes) {
   return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
@@ -37,6 +43,12 @@ Response ErrorResponse(const absl::Status& status) {
   response.mutable_error()->set_code(static_cast<int32_t>(status.code()));
   response.mutable_error()->set_message(std::string(status.message()));
   return response;
+}
+
+// "data (stream 3, tag 1, bytes [0, 4096) of 8192)", for messages.
+std::string Describe(const DataHeader& header) {
+  return absl::StrCat("data (stream ", header.stream(), ", tag ", header.tag(), ", bytes [", header.offset(),
+                      ", ", header.offset() + header.length(), ") of ", header.total(), ")");
 }
 
 // The code of a Status message from the peer, as an absl code; an
@@ -136,6 +148,66 @@ void Connection::Close(absl::string_view reason) {
        reason);
 }
 
+absl::Status Connection::FailedSending(absl::string_view what, const absl::Status& sent) {
+  // Whatever was written, the stream may now be out of step: the connection
+  // is of no further use.
+  Fail(absl::UnavailableError(
+           absl::StrCat("sending ", what, " to peer ", peer_description_, ": ", sent.message())),
+       /*goodbye=*/std::nullopt);
+  return status();
+}
+
+absl::Status Connection::Notify(const Request& request, absl::Time deadline) {
+  if (absl::Status current = status(); !current.ok()) return current;
+  Envelope envelope;
+  envelope.set_request_id(0);
+  *envelope.mutable_request() = request;
+  absl::Status sent = Send(FrameType::kControl, envelope, deadline);
+  if (sent.ok() || absl::IsInvalidArgument(sent)) return sent;  // too large: nothing was sent
+  return FailedSending("a notification", sent);
+}
+
+absl::Status Connection::SendData(uint64_t stream, uint64_t tag, uint64_t offset, uint64_t total,
+                                  absl::Span<const uint8_t> bytes, absl::Time deadline) {
+  const uint64_t size = bytes.size();
+  if (offset > total || size > total - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("SendData of ", size, " bytes at offset ", offset,
+                                                   " (stream ", stream, ", tag ", tag,
+                                                   ") runs past the end of the ", total, "-byte object"));
+  }
+  if (absl::Status current = status(); !current.ok()) return current;
+  uint64_t sent_bytes = 0;
+  do {
+    const uint64_t length = std::min(size - sent_bytes, kDataChunkBytes);
+    Envelope envelope;
+    DataHeader& header = *envelope.mutable_data();
+    header.set_stream(stream);
+    header.set_tag(tag);
+    header.set_offset(offset + sent_bytes);
+    header.set_length(length);
+    header.set_total(total);
+    std::string header_bytes;
+    if (!envelope.SerializeToString(&header_bytes)) {
+      return absl::InternalError(
+          absl::StrCat("could not serialize a DataHeader for peer ", peer_description_));
+    }
+    // Both frames in one gather write, the payload straight from `bytes`.
+    const std::array<uint8_t, kFrameHeaderSize> control_frame =
+        EncodeFrameHeader(FrameType::kControl, header_bytes.size());
+    const std::array<uint8_t, kFrameHeaderSize> data_frame = EncodeFrameHeader(FrameType::kData, length);
+    const absl::Span<const uint8_t> pieces[] = {control_frame, AsBytes(header_bytes), data_frame,
+                                                bytes.subspan(sent_bytes, length)};
+    absl::Status sent;
+    {
+      absl::MutexLock lock(&write_mu_);
+      sent = socket_.WriteAll(pieces, deadline);
+    }
+    if (!sent.ok()) return FailedSending(Describe(header), sent);
+    sent_bytes += length;
+  } while (sent_bytes < size);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Response> Connection::Call(const Request& request, absl::Time deadline) {
   absl::StatusOr<Response> result = absl::UnknownError("no response");
   PendingCall call;
@@ -155,11 +227,7 @@ absl::StatusOr<Response> Connection::Call(const Request& request, absl::Time dea
       pending_.erase(envelope.request_id());
       return sent;
     }
-    // Whatever was written, the stream may now be out of step: the
-    // connection is of no further use.
-    Fail(absl::UnavailableError(
-             absl::StrCat("sending a request to peer ", peer_description_, ": ", sent.message())),
-         /*goodbye=*/std::nullopt);
+    FailedSending("a request", sent).IgnoreError();
     absl::MutexLock lock(&mu_);
     if (!call.done) {
       pending_.erase(envelope.request_id());
@@ -198,33 +266,49 @@ void Connection::HeartbeatLoop() {
   }
 }
 
+absl::Status Connection::ReadFailure(const absl::Status& error, absl::Time since) const {
+  if (absl::IsDeadlineExceeded(error)) {
+    return absl::UnavailableError(
+        absl::StrCat("peer ", peer_description_, " was silent for ",
+                     absl::FormatDuration(absl::Trunc(absl::Now() - since, absl::Milliseconds(1))),
+                     " (peer_timeout ", absl::FormatDuration(options_.peer_timeout), "): ", error.message()));
+  }
+  if (absl::IsUnavailable(error)) {
+    return absl::UnavailableError(
+        absl::StrCat("lost the connection to peer ", peer_description_, ": ", error.message()));
+  }
+  // A header this side refuses: the stream can no longer be trusted.
+  return absl::DataLossError(
+      absl::StrCat("malformed frame from peer ", peer_description_, ": ", error.message()));
+}
+
 void Connection::ReadLoop() {
   absl::Time last_heard = absl::Now();
   while (true) {
-    absl::StatusOr<Frame> frame =
-        ReadFrame(socket_, /*authenticated=*/true, kMaxControlPayload, last_heard + options_.peer_timeout);
-    if (!frame.ok()) {
-      const absl::Status& error = frame.status();
-      if (absl::IsDeadlineExceeded(error)) {
-        Fail(absl::UnavailableError(absl::StrCat(
-                 "peer ", peer_description_, " was silent for ",
-                 absl::FormatDuration(absl::Trunc(absl::Now() - last_heard, absl::Milliseconds(1))),
-                 " (peer_timeout ", absl::FormatDuration(options_.peer_timeout), "): ", error.message())),
-             /*goodbye=*/std::nullopt);
-      } else if (absl::IsUnavailable(error)) {
-        Fail(absl::UnavailableError(
-                 absl::StrCat("lost the connection to peer ", peer_description_, ": ", error.message())),
-             /*goodbye=*/std::nullopt);
+    const absl::Time deadline = last_heard + options_.peer_timeout;
+    // Every type's own bound applies; a data frame is never read here.
+    absl::StatusOr<FrameHeader> header =
+        ReadFrameHeader(socket_, /*authenticated=*/true, kMaxDataPayload, deadline);
+    std::vector<uint8_t> payload;
+    absl::Status handled;
+    if (!header.ok()) {
+      handled = ReadFailure(header.status(), last_heard);
+    } else if (header->type == FrameType::kData) {
+      handled = absl::DataLossError(absl::StrCat("a data frame of ", header->length, " bytes from peer ",
+                                                 peer_description_, " came without a DataHeader before it"));
+    } else {
+      payload.resize(header->length);
+      if (absl::Status read = socket_.ReadExact(payload.data(), payload.size(), deadline); !read.ok()) {
+        handled = ReadFailure(
+            absl::Status(read.code(), absl::StrCat("reading the payload of a ", FrameTypeName(header->type),
+                                                   " frame: ", read.message())),
+            last_heard);
       } else {
-        // A header this side refuses: the stream can no longer be trusted.
-        absl::Status why = absl::DataLossError(
-            absl::StrCat("malformed frame from peer ", peer_description_, ": ", error.message()));
-        Fail(why, why.message());
+        last_heard = absl::Now();
+        handled = HandleFrame(header->type, payload);
       }
-      return;
     }
-    last_heard = absl::Now();
-    if (absl::Status handled = HandleFrame(frame->type, frame->payload); !handled.ok()) {
+    if (!handled.ok()) {
       // Tell a peer that broke the protocol why it is dropped.
       Fail(handled,
            absl::IsDataLoss(handled) ? std::optional<absl::string_view>(handled.message()) : std::nullopt);
@@ -265,6 +349,8 @@ absl::Status Connection::HandleFrame(FrameType type, const std::vector<uint8_t>&
         case Envelope::kGoodbye:
           return absl::UnavailableError(absl::StrCat(
               "peer ", peer_description_, " closed the connection: ", envelope.goodbye().reason()));
+        case Envelope::kData:
+          return HandleData(envelope.data());
         case Envelope::BODY_NOT_SET:
           break;
       }
@@ -285,6 +371,7 @@ absl::Status Connection::HandleRequest(uint64_t request_id, const Request& reque
   } else if (handler_) {
     response = handler_(request);
   }
+  if (request_id == 0) return absl::OkStatus();  // a notification: no response, its result dropped
   Envelope reply;
   reply.set_request_id(request_id);
   *reply.mutable_response() = response.ok() ? *std::move(response) : ErrorResponse(response.status());
@@ -313,6 +400,58 @@ void Connection::HandleResponse(uint64_t request_id, Response response) {
     *call->result = std::move(response);
   }
   call->done = true;
+}
+
+absl::Status Connection::HandleData(const DataHeader& header) {
+  if (header.length() > kMaxDataPayload) {
+    return absl::DataLossError(absl::StrCat("data (stream ", header.stream(), ", tag ", header.tag(),
+                                            ") from peer ", peer_description_, ": length ", header.length(),
+                                            " exceeds the ", kMaxDataPayload, "-byte bound of a data frame"));
+  }
+  if (header.offset() > header.total() || header.length() > header.total() - header.offset()) {
+    return absl::DataLossError(absl::StrCat("data (stream ", header.stream(), ", tag ", header.tag(),
+                                            ") from peer ", peer_description_, ": ", header.length(),
+                                            " bytes at offset ", header.offset(), " run past the end of the ",
+                                            header.total(), "-byte object"));
+  }
+  if (!options_.data_sink.begin) {
+    return absl::DataLossError(
+        absl::StrCat(Describe(header), " from peer ", peer_description_, ": this side takes no bulk data"));
+  }
+  absl::StatusOr<uint8_t*> where = options_.data_sink.begin(header);
+  if (!where.ok()) {
+    return absl::DataLossError(absl::StrCat(Describe(header), " from peer ", peer_description_,
+                                            " refused by this side's sink: ", where.status().message()));
+  }
+  // The data frame follows at once: it begins now, after the sink's time.
+  const absl::Time begun = absl::Now();
+  const absl::Time deadline = begun + options_.peer_timeout;
+  absl::StatusOr<FrameHeader> frame =
+      ReadFrameHeader(socket_, /*authenticated=*/true, kMaxDataPayload, deadline);
+  if (!frame.ok()) return ReadFailure(frame.status(), begun);
+  if (frame->type != FrameType::kData || frame->length != header.length()) {
+    return absl::DataLossError(absl::StrCat(Describe(header), " from peer ", peer_description_,
+                                            " must be followed by a data frame of ", header.length(),
+                                            " bytes, got a ", FrameTypeName(frame->type), " frame of ",
+                                            frame->length, " bytes"));
+  }
+  absl::Status read;
+  if (*where != nullptr) {
+    read = socket_.ReadExact(*where, header.length(), deadline);
+  } else {
+    std::vector<uint8_t> scratch(std::min(header.length(), kDropBufferBytes));
+    for (uint64_t dropped = 0; read.ok() && dropped < header.length(); dropped += scratch.size()) {
+      read = socket_.ReadExact(scratch.data(), std::min<uint64_t>(scratch.size(), header.length() - dropped),
+                               deadline);
+    }
+  }
+  if (!read.ok()) {
+    return ReadFailure(absl::Status(read.code(), absl::StrCat("reading the payload of ", Describe(header),
+                                                              ": ", read.message())),
+                       begun);
+  }
+  if (*where != nullptr && options_.data_sink.end) options_.data_sink.end(header);
+  return absl::OkStatus();
 }
 
 }  // namespace causeway::transport

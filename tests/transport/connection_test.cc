@@ -6,11 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <functional>
+#include <limits>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,8 +28,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
@@ -89,7 +99,8 @@ struct ConnectionPair {
 
 // Accepts on `listener` while connecting to it, each on a thread of its own.
 ConnectionPair Connect(Socket& listener, RequestHandler client_handler = Echo,
-                       RequestHandler server_handler = Echo) {
+                       RequestHandler server_handler = Echo,
+                       const ConnectionOptions& server_options = FastOptions()) {
   ConnectionPair pair;
   absl::StatusOr<SocketAddress> address = AddressOf(listener);
   EXPECT_TRUE(address.ok()) << address.status();
@@ -105,7 +116,7 @@ ConnectionPair Connect(Socket& listener, RequestHandler client_handler = Echo,
                      EXPECT_TRUE(socket.ok()) << socket.status();
                      if (!socket.ok()) return;
                      absl::StatusOr<std::unique_ptr<Connection>> server = Connection::Accept(
-                         *std::move(socket), ServerOptions(), FastOptions(), server_handler);
+                         *std::move(socket), ServerOptions(), server_options, server_handler);
                      EXPECT_TRUE(server.ok()) << server.status();
                      if (server.ok()) pair.server = *std::move(server);
                    }},
@@ -119,7 +130,8 @@ struct RawPair {
   Socket client;
   std::unique_ptr<Connection> server;
 };
-RawPair ConnectRaw(Socket& listener) {
+RawPair ConnectRaw(Socket& listener, const ConnectionOptions& options = FastOptions(),
+                   RequestHandler handler = Echo) {
   RawPair pair;
   absl::StatusOr<SocketAddress> address = AddressOf(listener);
   EXPECT_TRUE(address.ok()) << address.status();
@@ -136,7 +148,7 @@ RawPair ConnectRaw(Socket& listener) {
                      absl::StatusOr<Socket> socket = listener.Accept(In(absl::Seconds(5)));
                      ASSERT_TRUE(socket.ok()) << socket.status();
                      absl::StatusOr<std::unique_ptr<Connection>> server =
-                         Connection::Accept(*std::move(socket), ServerOptions(), FastOptions(), Echo);
+                         Connection::Accept(*std::move(socket), ServerOptions(), options, handler);
                      ASSERT_TRUE(server.ok()) << server.status();
                      pair.server = *std::move(server);
                    }},
@@ -161,6 +173,147 @@ int CountEntries(const char* path) {
   }
   closedir(dir);
   return count;
+}
+
+// Records the ping payloads a handler sees, and answers as Echo does.
+class Recorder {
+ public:
+  RequestHandler Handler() {
+    return [this](const Request& request) {
+      {
+        absl::MutexLock lock(&mu_);
+        seen_.push_back(request.ping().payload());
+      }
+      return Echo(request);
+    };
+  }
+
+  // Waits until `n` requests have been seen, or `limit` passes; those seen.
+  std::vector<std::string> AwaitSeen(size_t n, absl::Duration limit) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return seen_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), limit);
+    return seen_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// A DataHeader's fields: stream, tag, offset, length, total.
+using Chunk = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>;
+Chunk ChunkOf(const DataHeader& header) {
+  return {header.stream(), header.tag(), header.offset(), header.length(), header.total()};
+}
+
+// A DataSink that keeps each object, by (stream, tag), in memory of its
+// total size, and records the chunks `begin` and `end` see. Must outlive the
+// connection that uses it.
+class Collector {
+ public:
+  DataSink Sink() {
+    DataSink sink;
+    sink.begin = [this](const DataHeader& header) -> absl::StatusOr<uint8_t*> {
+      absl::MutexLock lock(&mu_);
+      begun_.push_back(ChunkOf(header));
+      auto [it, inserted] = objects_.try_emplace({header.stream(), header.tag()}, header.total());
+      if (it->second.size() != header.total()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("total ", header.total(), ", was ", it->second.size()));
+      }
+      return it->second.empty() ? &empty_object_ : it->second.data() + header.offset();
+    };
+    sink.end = [this](const DataHeader& header) {
+      absl::MutexLock lock(&mu_);
+      ended_.push_back(ChunkOf(header));
+    };
+    return sink;
+  }
+
+  // Waits until `n` chunks have ended, or `limit` passes; whether they have.
+  bool AwaitEnded(size_t n, absl::Duration limit) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), limit);
+  }
+
+  std::vector<Chunk> begun() {
+    absl::MutexLock lock(&mu_);
+    return begun_;
+  }
+  std::vector<Chunk> ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+  // The object's bytes; empty if none came. Only once its chunks have ended.
+  absl::Span<const uint8_t> object(uint64_t stream, uint64_t tag) {
+    absl::MutexLock lock(&mu_);
+    auto it = objects_.find({stream, tag});
+    return it == objects_.end() ? absl::Span<const uint8_t>() : absl::Span<const uint8_t>(it->second);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> objects_ ABSL_GUARDED_BY(mu_);
+  std::vector<Chunk> begun_ ABSL_GUARDED_BY(mu_);
+  std::vector<Chunk> ended_ ABSL_GUARDED_BY(mu_);
+  uint8_t empty_object_ = 0;  // where a zero-byte object goes
+};
+
+// `n` pseudo-random bytes from `seed`.
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t word = random();
+    std::memcpy(&bytes[i], &word, std::min<size_t>(8, n - i));
+  }
+  return bytes;
+}
+
+// "identical", or where `got` first differs from `want`: a readable
+// comparison of large buffers.
+std::string Compare(absl::Span<const uint8_t> got, absl::Span<const uint8_t> want) {
+  if (got.size() != want.size()) return absl::StrCat("size ", got.size(), ", want ", want.size());
+  auto [g, w] = std::mismatch(got.begin(), got.end(), want.begin());
+  if (g == got.end()) return "identical";
+  return absl::StrCat("first difference at byte ", g - got.begin(), ": ", int{*g}, ", want ", int{*w});
+}
+
+// Options whose data sink is `collector`'s.
+ConnectionOptions WithSink(Collector& collector) {
+  ConnectionOptions options = FastOptions();
+  options.data_sink = collector.Sink();
+  return options;
+}
+
+// Writes an Envelope with `header` as its body in a control frame.
+absl::Status WriteDataHeader(Socket& raw, uint64_t stream, uint64_t tag, uint64_t offset, uint64_t length,
+                             uint64_t total) {
+  Envelope envelope;
+  DataHeader& header = *envelope.mutable_data();
+  header.set_stream(stream);
+  header.set_tag(tag);
+  header.set_offset(offset);
+  header.set_length(length);
+  header.set_total(total);
+  const std::string bytes = envelope.SerializeAsString();
+  return WriteFrame(raw, FrameType::kControl, {AsBytes(bytes)}, In(absl::Seconds(5)));
+}
+
+// Writes `envelope` in a control frame.
+absl::Status WriteEnvelope(Socket& raw, const Envelope& envelope) {
+  const std::string bytes = envelope.SerializeAsString();
+  return WriteFrame(raw, FrameType::kControl, {AsBytes(bytes)}, In(absl::Seconds(5)));
+}
+
+// The next frame other than a heartbeat.
+absl::StatusOr<Frame> ReadSkippingHeartbeats(Socket& raw, absl::Time deadline) {
+  while (true) {
+    absl::StatusOr<Frame> frame = ReadFrame(raw, /*authenticated=*/true, kMaxControlPayload, deadline);
+    if (!frame.ok() || frame->type != FrameType::kHeartbeat) return frame;
+  }
 }
 
 // Tests on one healthy connection over loopback, both sides serving Echo.
@@ -422,6 +575,386 @@ TEST(ConnectionTest, DestructionLeaksNoThreadOrDescriptor) {
   }
   EXPECT_EQ(CountEntries("/proc/self/task"), threads_before);
   EXPECT_EQ(CountEntries("/proc/self/fd"), fds_before);
+}
+
+// Tests that a notification reaches the peer's handler, and that a call
+// after it still gets its own response.
+TEST(NotifyTest, NotificationReachesTheHandler) {
+  Recorder recorder;
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, recorder.Handler());
+  ASSERT_NE(pair.client, nullptr);
+
+  ASSERT_OK(pair.client->Notify(Ping("note"), In(absl::Seconds(5))));
+  ASSERT_OK_AND_ASSIGN(Response pong, pair.client->Call(Ping("call"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "call");
+  EXPECT_THAT(recorder.AwaitSeen(2, absl::Seconds(5)), ::testing::ElementsAre("note", "call"));
+  // A notification whose handler fails is dropped quietly too.
+  ASSERT_OK(pair.client->Notify(Ping("fail"), In(absl::Seconds(5))));
+  ASSERT_OK_AND_ASSIGN(pong, pair.client->Call(Ping("after"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "after");
+  EXPECT_THAT(recorder.AwaitSeen(4, absl::Seconds(5)),
+              ::testing::ElementsAre("note", "call", "fail", "after"));
+  EXPECT_OK(pair.client->status());
+  EXPECT_OK(pair.server->status());
+}
+
+// Tests on the wire that a request with id 0 is handled and not answered:
+// the first frame back is the response to the call that followed it, and
+// nothing else but heartbeats comes afterwards.
+TEST(NotifyTest, NotificationGetsNoResponseOnTheWire) {
+  Recorder recorder;
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  RawPair raw = ConnectRaw(listener, FastOptions(), recorder.Handler());
+  ASSERT_NE(raw.server, nullptr);
+
+  Envelope note;
+  note.set_request_id(0);
+  *note.mutable_request() = Ping("note");
+  Envelope call;
+  call.set_request_id(7);
+  *call.mutable_request() = Ping("call");
+  ASSERT_OK(WriteEnvelope(raw.client, note));
+  ASSERT_OK(WriteEnvelope(raw.client, call));
+
+  ASSERT_OK_AND_ASSIGN(Frame frame, ReadSkippingHeartbeats(raw.client, In(absl::Seconds(5))));
+  ASSERT_EQ(frame.type, FrameType::kControl);
+  Envelope reply;
+  ASSERT_TRUE(reply.ParseFromArray(frame.payload.data(), static_cast<int>(frame.payload.size())));
+  EXPECT_EQ(reply.request_id(), 7u);
+  EXPECT_EQ(reply.response().pong().payload(), "call");
+  EXPECT_THAT(recorder.AwaitSeen(2, absl::Seconds(5)), ::testing::ElementsAre("note", "call"));
+  // Nothing but heartbeats for a while (less than peer_timeout: this side
+  // sends none).
+  absl::StatusOr<Frame> more = ReadSkippingHeartbeats(raw.client, In(absl::Milliseconds(400)));
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kDeadlineExceeded) << more.status();
+  EXPECT_OK(raw.server->status());
+}
+
+// Tests that calls and notifications sent from several threads at once all
+// arrive, each thread's in the order sent, and every call gets its own
+// response.
+TEST(NotifyTest, CallsAndNotificationsFromSeveralThreads) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 50;
+  Recorder recorder;
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, recorder.Handler());
+  ASSERT_NE(pair.client, nullptr);
+
+  std::vector<std::function<void()>> bodies;
+  for (int t = 0; t < kThreads; ++t) {
+    bodies.push_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        ASSERT_OK(pair.client->Notify(Ping(absl::StrCat(t, " note ", i)), In(absl::Seconds(10))));
+        const std::string payload = absl::StrCat(t, " call ", i);
+        absl::StatusOr<Response> response = pair.client->Call(Ping(payload), In(absl::Seconds(10)));
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->pong().payload(), payload);
+      }
+    });
+  }
+  RunConcurrently(std::move(bodies), absl::Seconds(30), "calls and notifications");
+
+  const std::vector<std::string> seen = recorder.AwaitSeen(2 * kThreads * kRounds, absl::Seconds(5));
+  ASSERT_EQ(seen.size(), 2u * kThreads * kRounds);
+  for (int t = 0; t < kThreads; ++t) {
+    std::vector<std::string> want;
+    for (int i = 0; i < kRounds; ++i) {
+      want.push_back(absl::StrCat(t, " note ", i));
+      want.push_back(absl::StrCat(t, " call ", i));
+    }
+    std::vector<std::string> got;
+    for (const std::string& payload : seen) {
+      if (absl::StartsWith(payload, absl::StrCat(t, " "))) got.push_back(payload);
+    }
+    EXPECT_EQ(got, want) << "thread " << t;
+  }
+  EXPECT_OK(pair.client->status());
+}
+
+// Tests that a notification too large for a control frame fails alone, and
+// that Notify and SendData on a failed connection give its status.
+TEST_F(ConnectedTest, NotifyErrors) {
+  EXPECT_ERROR(pair_.client->Notify(Ping(std::string(kMaxControlPayload, 'x')), In(absl::Seconds(5))),
+               absl::StatusCode::kInvalidArgument, "control frame carries at most");
+  ASSERT_OK_AND_ASSIGN(Response pong, pair_.client->Call(Ping("small"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "small");
+
+  pair_.client->Close("done here");
+  EXPECT_ERROR(pair_.client->Notify(Ping("x"), In(absl::Seconds(1))), absl::StatusCode::kCancelled,
+               "done here");
+  const uint8_t byte = 1;
+  EXPECT_ERROR(pair_.client->SendData(1, 1, 0, 1, absl::MakeConstSpan(&byte, 1), In(absl::Seconds(1))),
+               absl::StatusCode::kCancelled, "done here");
+}
+
+// Tests that objects of 0, 1, 1 MiB + 3 and 150 MiB bytes, sent in one or two
+// SendData calls each, arrive bit-exact at their offsets, in chunks of at
+// most kDataChunkBytes, with begin and end called once per chunk with the
+// right header.
+TEST(SendDataTest, ArrivesBitExactInChunks) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  ASSERT_EQ(kDataChunkBytes, 64 * kMiB);
+  struct Case {
+    uint64_t stream, tag, total;
+    std::vector<std::pair<uint64_t, uint64_t>> calls;  // offset, size
+    std::vector<Chunk> want;
+  };
+  const std::vector<Case> cases = {
+      {4, 40, 0, {{0, 0}}, {{4, 40, 0, 0, 0}}},
+      {1, 10, 1, {{0, 1}}, {{1, 10, 0, 1, 1}}},
+      {2, 20, kMiB + 3, {{0, 3}, {3, kMiB}}, {{2, 20, 0, 3, kMiB + 3}, {2, 20, 3, kMiB, kMiB + 3}}},
+      {3,
+       30,
+       150 * kMiB,
+       {{0, 100 * kMiB}, {100 * kMiB, 50 * kMiB}},
+       {{3, 30, 0, 64 * kMiB, 150 * kMiB},
+        {3, 30, 64 * kMiB, 36 * kMiB, 150 * kMiB},
+        {3, 30, 100 * kMiB, 50 * kMiB, 150 * kMiB}}},
+  };
+  Collector collector;
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, Echo, WithSink(collector));
+  ASSERT_NE(pair.client, nullptr);
+
+  std::vector<Chunk> want;
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> bytes = RandomBytes(c.total, /*seed=*/c.stream);
+    for (const auto& [offset, size] : c.calls) {
+      ASSERT_OK(pair.client->SendData(c.stream, c.tag, offset, c.total,
+                                      absl::MakeConstSpan(bytes).subspan(offset, size),
+                                      In(absl::Seconds(30))));
+    }
+    want.insert(want.end(), c.want.begin(), c.want.end());
+    ASSERT_TRUE(collector.AwaitEnded(want.size(), absl::Seconds(30))) << "object " << c.stream;
+    EXPECT_EQ(Compare(collector.object(c.stream, c.tag), bytes), "identical") << "object " << c.stream;
+  }
+  EXPECT_EQ(collector.begun(), want);
+  EXPECT_EQ(collector.ended(), want);
+  ASSERT_OK_AND_ASSIGN(Response pong, pair.client->Call(Ping("after"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "after");
+  EXPECT_OK(pair.server->status());
+}
+
+// Tests that SendData from two threads at once, with calls in between, on
+// one connection delivers every object intact: chunks may alternate, but
+// nothing comes inside one.
+TEST(SendDataTest, ConcurrentSendsDoNotInterleaveInsideAChunk) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  const std::vector<uint64_t> sizes = {5 * kMiB + 17, 70 * kMiB, kMiB};  // 70 MiB: two chunks
+  Collector collector;
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, Echo, WithSink(collector));
+  ASSERT_NE(pair.client, nullptr);
+
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<uint8_t>> objects;  // by (stream, tag)
+  for (uint64_t stream = 1; stream <= 2; ++stream) {
+    for (uint64_t tag = 0; tag < sizes.size(); ++tag) {
+      objects[{stream, tag}] = RandomBytes(sizes[tag], /*seed=*/stream * 100 + tag);
+    }
+  }
+  std::atomic<int> calls{0};
+  std::vector<std::function<void()>> bodies;
+  for (uint64_t stream = 1; stream <= 2; ++stream) {
+    bodies.push_back([&, stream] {
+      for (uint64_t tag = 0; tag < sizes.size(); ++tag) {
+        const std::vector<uint8_t>& bytes = objects.at({stream, tag});
+        ASSERT_OK(pair.client->SendData(stream, tag, 0, bytes.size(), bytes, In(absl::Seconds(30))));
+        const std::string payload = absl::StrCat("after ", stream, "/", tag);
+        absl::StatusOr<Response> response = pair.client->Call(Ping(payload), In(absl::Seconds(30)));
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->pong().payload(), payload);
+        ++calls;
+      }
+    });
+  }
+  bodies.push_back([&] {  // small calls all along
+    for (int i = 0; i < 50; ++i) {
+      const std::string payload = absl::StrCat("meanwhile ", i);
+      absl::StatusOr<Response> response = pair.client->Call(Ping(payload), In(absl::Seconds(30)));
+      ASSERT_TRUE(response.ok()) << response.status();
+      EXPECT_EQ(response->pong().payload(), payload);
+      ++calls;
+    }
+  });
+  RunConcurrently(std::move(bodies), absl::Seconds(60), "concurrent SendData");
+
+  EXPECT_EQ(calls.load(), 2 * 3 + 50);
+  ASSERT_TRUE(collector.AwaitEnded(2 * 4, absl::Seconds(10)));
+  for (const auto& [key, bytes] : objects) {
+    EXPECT_EQ(Compare(collector.object(key.first, key.second), bytes), "identical")
+        << "stream " << key.first << " tag " << key.second;
+  }
+  EXPECT_EQ(collector.begun().size(), 8u);
+  EXPECT_EQ(collector.begun(), collector.ended());  // each chunk ends before the next begins
+  EXPECT_OK(pair.server->status());
+}
+
+// Tests that bytes a sink declines (nullptr) are read and dropped without
+// `end`, and the connection stays healthy and in step.
+TEST(SendDataTest, DeclinedBytesAreDropped) {
+  std::atomic<int> begun{0};
+  std::atomic<int> ended{0};
+  ConnectionOptions options = FastOptions();
+  options.data_sink.begin = [&](const DataHeader&) -> absl::StatusOr<uint8_t*> {
+    ++begun;
+    return nullptr;
+  };
+  options.data_sink.end = [&](const DataHeader&) { ++ended; };
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, Echo, options);
+  ASSERT_NE(pair.client, nullptr);
+
+  const std::vector<uint8_t> bytes = RandomBytes((3 << 20) + 1, /*seed=*/7);  // 4 pieces of up to 1 MiB
+  ASSERT_OK(pair.client->SendData(1, 2, 0, bytes.size(), bytes, In(absl::Seconds(10))));
+  ASSERT_OK_AND_ASSIGN(Response pong, pair.client->Call(Ping("after"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "after");
+  EXPECT_EQ(begun.load(), 1);
+  EXPECT_EQ(ended.load(), 0);
+  EXPECT_OK(pair.client->status());
+  EXPECT_OK(pair.server->status());
+}
+
+// Tests that a sink's error fails the connection with DataLoss carrying its
+// message, and that the sender is told that reason in a goodbye.
+TEST(SendDataTest, SinkErrorFailsTheConnection) {
+  ConnectionOptions options = FastOptions();
+  options.data_sink.begin = [](const DataHeader& header) -> absl::StatusOr<uint8_t*> {
+    return absl::ResourceExhaustedError(absl::StrCat("no room for stream ", header.stream()));
+  };
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, Echo, options);
+  ASSERT_NE(pair.client, nullptr);
+
+  const std::vector<uint8_t> bytes = RandomBytes(1000, /*seed=*/1);
+  // Whether this returns OK or the connection's failure depends on timing.
+  pair.client->SendData(9, 0, 0, bytes.size(), bytes, In(absl::Seconds(5))).IgnoreError();
+  EXPECT_ERROR(AwaitFailure(*pair.server, absl::Seconds(5)), absl::StatusCode::kDataLoss, "'client-island'",
+               "no room for stream 9");
+  EXPECT_ERROR(AwaitFailure(*pair.client, absl::Seconds(5)), absl::StatusCode::kUnavailable,
+               "'server-island'", "closed the connection", "no room for stream 9");
+}
+
+// Tests that offset + size beyond total, overflow included, is refused
+// before anything is sent, and the connection stays healthy.
+TEST_F(ConnectedTest, SendDataPastTheObjectIsInvalid) {
+  const std::vector<uint8_t> bytes(5, 0xab);
+  EXPECT_ERROR(pair_.client->SendData(1, 2, 10, 12, bytes, In(absl::Seconds(5))),
+               absl::StatusCode::kInvalidArgument, "5 bytes at offset 10", "12-byte object");
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  EXPECT_ERROR(pair_.client->SendData(1, 2, kMax - 1, kMax, bytes, In(absl::Seconds(5))),
+               absl::StatusCode::kInvalidArgument, absl::StrCat("at offset ", kMax - 1));
+  EXPECT_ERROR(pair_.client->SendData(1, 2, 13, 12, {}, In(absl::Seconds(5))),
+               absl::StatusCode::kInvalidArgument, "0 bytes at offset 13");
+  ASSERT_OK_AND_ASSIGN(Response pong, pair_.client->Call(Ping("still"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "still");
+  EXPECT_OK(pair_.server->status());
+}
+
+// Tests a raw peer's bad bulk traffic against a server with a sink: each
+// must fail only that connection with DataLoss (told to the raw peer in a
+// goodbye), while another connection to the same server keeps working.
+class BadDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(listener_, ListenOnLoopback());
+    raw_ = ConnectRaw(listener_, WithSink(collector_));
+    ASSERT_NE(raw_.server, nullptr);
+    healthy_ = Connect(listener_, Echo, Echo, WithSink(collector_));
+    ASSERT_NE(healthy_.client, nullptr);
+  }
+
+  void ExpectOnlyThatConnectionFails(absl::string_view want) {
+    EXPECT_ERROR(AwaitFailure(*raw_.server, absl::Seconds(5)), absl::StatusCode::kDataLoss, "'raw-client'",
+                 std::string(want));
+    absl::StatusOr<Frame> frame = ReadSkippingHeartbeats(raw_.client, In(absl::Seconds(5)));
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    ASSERT_EQ(frame->type, FrameType::kGoodbye);
+    Envelope goodbye;
+    ASSERT_TRUE(goodbye.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+    EXPECT_THAT(goodbye.goodbye().reason(), HasSubstr(std::string(want)));
+
+    const std::vector<uint8_t> bytes = RandomBytes(100, /*seed=*/3);
+    ASSERT_OK(healthy_.client->SendData(5, 5, 0, bytes.size(), bytes, In(absl::Seconds(5))));
+    ASSERT_OK_AND_ASSIGN(Response pong, healthy_.client->Call(Ping("still here"), In(absl::Seconds(5))));
+    EXPECT_EQ(pong.pong().payload(), "still here");
+    EXPECT_EQ(Compare(collector_.object(5, 5), bytes), "identical");
+    EXPECT_OK(healthy_.server->status());
+  }
+
+  Collector collector_;  // outlives the connections
+  Socket listener_;
+  RawPair raw_;
+  ConnectionPair healthy_;
+};
+
+// Tests that a data frame with no DataHeader before it is DataLoss.
+TEST_F(BadDataTest, DataFrameWithoutHeader) {
+  const std::vector<uint8_t> bytes(10, 1);
+  ASSERT_OK(WriteFrame(raw_.client, FrameType::kData, {absl::MakeConstSpan(bytes)}, In(absl::Seconds(5))));
+  ExpectOnlyThatConnectionFails("data frame of 10 bytes from peer 'raw-client'");
+  EXPECT_THAT(raw_.server->status().message(), HasSubstr("without a DataHeader"));
+  EXPECT_EQ(collector_.begun().size(), 1u);  // the healthy connection's only
+}
+
+// Tests that a DataHeader followed by a data frame of another length is
+// DataLoss naming both lengths.
+TEST_F(BadDataTest, DataFrameOfTheWrongLength) {
+  const std::vector<uint8_t> bytes(50, 1);
+  ASSERT_OK(WriteDataHeader(raw_.client, 1, 1, 0, 100, 100));
+  ASSERT_OK(WriteFrame(raw_.client, FrameType::kData, {absl::MakeConstSpan(bytes)}, In(absl::Seconds(5))));
+  ExpectOnlyThatConnectionFails(
+      "must be followed by a data frame of 100 bytes, got a data frame of 50 bytes");
+}
+
+// Tests that a DataHeader followed by some other frame is DataLoss.
+TEST_F(BadDataTest, HeaderFollowedByAnotherFrame) {
+  ASSERT_OK(WriteDataHeader(raw_.client, 1, 1, 0, 100, 100));
+  ASSERT_OK(WriteFrame(raw_.client, FrameType::kHeartbeat, {}, In(absl::Seconds(5))));
+  ExpectOnlyThatConnectionFails("got a heartbeat frame of 0 bytes");
+}
+
+// Tests that a DataHeader whose bytes run past the end of its object is
+// DataLoss, before the sink sees it.
+TEST_F(BadDataTest, HeaderPastTheObject) {
+  ASSERT_OK(WriteDataHeader(raw_.client, 1, 1, 10, 100, 50));
+  ExpectOnlyThatConnectionFails("100 bytes at offset 10 run past the end of the 50-byte object");
+  EXPECT_EQ(collector_.begun().size(), 1u);  // the healthy connection's only
+}
+
+// Tests that a DataHeader whose offset + length overflows is DataLoss.
+TEST_F(BadDataTest, HeaderWhoseEndOverflows) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  ASSERT_OK(WriteDataHeader(raw_.client, 1, 1, kMax - 5, 10, kMax));
+  ExpectOnlyThatConnectionFails(absl::StrCat("10 bytes at offset ", kMax - 5, " run past the end"));
+}
+
+// Tests that a peer that goes silent halfway through a data frame's payload
+// fails the connection with Unavailable once peer_timeout has passed, and
+// that nothing waits longer.
+TEST(SendDataTest, PeerSilentMidPayloadTimesOut) {
+  constexpr uint64_t kLength = uint64_t{1} << 20;
+  Collector collector;
+  ConnectionOptions options = WithSink(collector);
+  options.peer_timeout = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  RawPair raw = ConnectRaw(listener, options);
+  ASSERT_NE(raw.server, nullptr);
+
+  const std::vector<uint8_t> half(kLength / 2, 7);
+  const std::array<uint8_t, kFrameHeaderSize> data_frame = EncodeFrameHeader(FrameType::kData, kLength);
+  ASSERT_OK(WriteDataHeader(raw.client, 1, 1, 0, kLength, kLength));
+  ASSERT_OK(raw.client.WriteAll({data_frame, half}, In(absl::Seconds(5))));
+  const absl::Time stalled = absl::Now();
+
+  EXPECT_ERROR(AwaitFailure(*raw.server, absl::Seconds(5)), absl::StatusCode::kUnavailable, "'raw-client'",
+               "was silent for", "reading the payload of data (stream 1, tag 1");
+  const absl::Duration waited = absl::Now() - stalled;
+  EXPECT_GT(waited, options.peer_timeout - absl::Milliseconds(100));
+  EXPECT_LT(waited, options.peer_timeout + absl::Milliseconds(700));
+  EXPECT_EQ(collector.begun().size(), 1u);
+  EXPECT_TRUE(collector.ended().empty());
 }
 
 }  // namespace
