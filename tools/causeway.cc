@@ -19,6 +19,7 @@ struct Command {
 const Command kCommands[] = {
     {"devices", "list the physical devices and the accelerators that would be made", causeway::cli::DevicesCommand},
     {"demo", "run a chain of matmuls across accelerators, check it, time it", causeway::cli::DemoCommand},
+    {"launch", "start N island processes on this machine, for development", causeway::cli::LaunchCommand},
 };
 
 void PrintHelp(FILE* out) {
