@@ -166,6 +166,15 @@ absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRe
                                     size_t s, int d) const {
   const ProgramStep& step = program_->steps()[s];
   if (step.kind == ProgramStep::kCollective) return RecordCollective(list, values, inst, s, d);
+  if (step.kind == ProgramStep::kSend) {
+    if (inst.scratch[s][d].empty()) return absl::OkStatus();  // another device sends this shard
+    ASSIGN_OR_RETURN(auto src, values[step.inputs[0]]->shard(d));
+    return list.Copy(BufferArg(src), BufferArg(inst.scratch[s][d][0]));
+  }
+  if (step.kind == ProgramStep::kReceive) {
+    ASSIGN_OR_RETURN(auto dst, values[step.outputs[0]]->shard(d));
+    return list.Copy(BufferArg(inst.scratch[s][d][0]), BufferArg(dst));
+  }
   if (step.kind == ProgramStep::kTransfer) {
     // Device d of the target mesh; the source mesh may be smaller.
     ASSIGN_OR_RETURN(auto dst, values[step.outputs[0]]->shard(d));
@@ -211,6 +220,23 @@ absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance()
       }
       continue;
     }
+    if (step.kind == ProgramStep::kSend || step.kind == ProgramStep::kReceive) {
+      const ProgramValue& pv = values[step.kind == ProgramStep::kSend ? step.inputs[0] : step.outputs[0]];
+      ASSIGN_OR_RETURN(Shape shard, ShardShape(pv.shape, pv.sharding, *step.mesh));
+      const uint64_t bytes = static_cast<uint64_t>(NumElements(shard)) * DTypeSize(pv.dtype);
+      std::vector<bool> sent(step.mesh->size(), false);
+      for (int d = 0; d < step.mesh->size(); ++d) {
+        if (step.kind == ProgramStep::kSend) {
+          // One device per distinct shard sends it.
+          const int piece = pv.sharding.replicated() ? 0 : step.mesh->Coordinate(d, pv.sharding.mesh_axis);
+          if (sent[piece]) continue;
+          sent[piece] = true;
+        }
+        ASSIGN_OR_RETURN(auto b, step.mesh->device(d)->CreateStagingBuffer(bytes, step.kind == ProgramStep::kSend));
+        inst->scratch[s][d].push_back(std::move(b));
+      }
+      continue;
+    }
     if (step.kind != ProgramStep::kCall) continue;
     for (int d = 0; d < step.mesh->size(); ++d) {
       for (const TensorSpec& t : step.function->scratch()) {
@@ -238,7 +264,7 @@ absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance()
 }
 
 absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<ArrayRef>& inputs,
-                                                              std::vector<ArrayRef>* outputs) {
+                                                              std::vector<ArrayRef>* outputs, uint64_t tag) {
   const auto& params = program_->parameters();
   if (inputs.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat("program '", program_->name(), "' takes ", params.size(),
@@ -293,6 +319,8 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
     }
     previous = inst->last_run;
     inst->last_used = ++clock_;
+    ++runs_;
+    if (tag == 0) tag = runs_;
   }
   if (previous != nullptr) {
     HostSpan span("run-backpressure");
@@ -307,6 +335,7 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   run->step_futures_.resize(program_->steps().size());
   run->executable_ = shared_from_this();
   run->client_ = client_;
+  run->tag_ = tag;
   run->instance_ = inst;
   run->values_ = inst->values;
   for (size_t i = 0; i < params.size(); ++i) run->values_[params[i]] = inputs[i];
@@ -338,6 +367,18 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   const auto& steps = program_->steps();
   const std::vector<int>& external = external_inputs_[g];
   std::vector<Future<>> futures;
+  const ProgramStep& head = steps[first];
+  // A receive: every device waits until the channel has filled its staging.
+  Future<> arrived;
+  if (head.kind == ProgramStep::kReceive) {
+    const Array& value = *run.values_[head.outputs[0]];
+    std::vector<Channel::Target> targets;
+    for (int d = 0; d < mesh.size(); ++d) {
+      targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(), inst->scratch[first][d][0]});
+    }
+    arrived = head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets));
+  }
+  std::vector<Future<>> sends;
   for (int d = 0; d < mesh.size(); ++d) {
     Accelerator* acc = mesh.device(d);
     std::shared_ptr<CommandList> list = inst->lists[g][d];
@@ -361,7 +402,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
         waits.push_back(run.values_[v]->ShardReady(piece.source));
       }
     }
-    const ProgramStep& head = steps[first];
+    if (head.kind == ProgramStep::kReceive) waits.push_back(arrived);
     if (head.kind == ProgramStep::kCollective) {
       // The peers this device reads from: their input (first phase) or
       // their part of the phase before.
@@ -374,11 +415,20 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     }
     Future<> f = acc->Submit(list, waits, {on_device_time});
     for (size_t s = first; s < last; ++s) {
-      if (steps[s].kind == ProgramStep::kCall ||
+      if (steps[s].kind != ProgramStep::kSend || inst->scratch[s][d].empty()) continue;
+      const Array& value = *run.values_[steps[s].inputs[0]];
+      sends.push_back(steps[s].channel->Send(run.tag_, static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
+                                             value.shard_bytes() * value.shard_count(), inst->scratch[s][d][0], f));
+    }
+    for (size_t s = first; s < last; ++s) {
+      if (steps[s].kind == ProgramStep::kCall || steps[s].kind == ProgramStep::kReceive ||
           program_->values()[steps[s].inputs[0]].kind != ProgramValue::kParameter) {
         continue;
       }
       // The client's array: its next upload waits for this read.
+      if (steps[s].kind == ProgramStep::kSend && !inst->scratch[s][d].empty()) {
+        run.values_[steps[s].inputs[0]]->AddReader(d, f);
+      }
       if (steps[s].kind == ProgramStep::kTransfer) {
         for (const TransferPlan::Piece& piece : steps[s].transfer->pieces[d]) {
           run.values_[steps[s].inputs[0]]->AddReader(piece.source, f);
@@ -399,6 +449,11 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   for (size_t s = first; s < last; ++s) {
     for (int v : steps[s].outputs) run.values_[v]->EndWrite(futures);
   }
+  if (!sends.empty()) {
+    // The run (and its instance's staging) is done once its sends are.
+    absl::MutexLock lock(&run.mu_);
+    run.futures_.insert(run.futures_.end(), sends.begin(), sends.end());
+  }
   return futures;
 }
 
@@ -408,6 +463,14 @@ void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first
     size_t first_step = first_undone < groups_.size() ? groups_[first_undone].first : program_->steps().size();
     for (size_t s = first_step; s < program_->steps().size(); ++s) {
       const ProgramStep& step = program_->steps()[s];
+      if (step.kind == ProgramStep::kSend && run.instance_ != nullptr) {
+        // The receiving island must not wait for what will never come.
+        for (const auto& staging : run.instance_->scratch[s]) {
+          if (staging.empty()) continue;
+          (void)step.channel->Send(run.tag_, 0, staging[0]->size(), staging[0], Future<>::Ready(status));
+          break;
+        }
+      }
       std::vector<Future<>> failed(step.mesh->size(), Future<>::Ready(status));
       for (int v : step.outputs) run.values_[v]->EndWrite(failed);
     }

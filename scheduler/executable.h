@@ -58,7 +58,10 @@ class GangCallCosts {
 struct ExecutableInstance {
   std::vector<ArrayRef> values;  // intermediates (null for parameters/outputs)
   std::vector<std::vector<std::shared_ptr<CommandList>>> lists;  // [gang call][device], null when per run
-  std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;  // [step][device][i]
+  // [step][device][i]: a call's scratch; a collective's work and recv; a
+  // send's or receive's host-visible staging (a send has one only on the
+  // first device holding each distinct shard).
+  std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;
   std::shared_ptr<RunState> last_run;  // guarded by the executable's lock
   uint64_t last_used = 0;              // guarded by the executable's lock
   uint64_t bytes = 0;                  // device memory held
@@ -70,11 +73,15 @@ class RunState {
  public:
   const std::shared_ptr<Executable>& executable() const { return executable_; }
   ClientId client() const { return client_; }
+  // Matches this run with the runs of other islands' parts of one program
+  // (ExecuteOptions::tag).
+  uint64_t tag() const { return tag_; }
   size_t step_count() const;  // gang calls
   // Blocks until every step is dispatched and has finished; the first error.
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture());
   bool dispatched() const;
-  // The futures of every submission, in dispatch order (after dispatch).
+  // The futures of every submission, in dispatch order (after dispatch), and
+  // of the run's sends to other islands.
   std::vector<Future<>> futures() const;
 
  private:
@@ -82,6 +89,7 @@ class RunState {
   friend class GangScheduler;
   std::shared_ptr<Executable> executable_;
   ClientId client_ = 0;
+  uint64_t tag_ = 0;
   std::shared_ptr<ExecutableInstance> instance_;
   std::vector<ArrayRef> values_;  // per program value
   size_t next_step_ = 0;          // guarded by the scheduler's lock
@@ -111,9 +119,10 @@ class Executable : public std::enable_shared_from_this<Executable> {
 
   // Prepares a run: checks the inputs (naming the parameter), takes an
   // instance (waiting for its previous run if all are busy), allocates the
-  // outputs. Nothing is submitted yet.
+  // outputs. Nothing is submitted yet. `tag` names the run to channels; 0
+  // takes the next of this executable's own count (1, 2, ...).
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
-                                                    std::vector<ArrayRef>* outputs);
+                                                    std::vector<ArrayRef>* outputs, uint64_t tag = 0);
   // Submits gang call `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one at a time, in the gang order.
   // `on_device_time`, if set, gets each device's measured time (ns) as its
@@ -153,6 +162,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t runs_ ABSL_GUARDED_BY(mu_) = 0;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
 

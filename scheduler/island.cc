@@ -95,13 +95,13 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const P
 }
 
 absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& executable,
-                                    const std::vector<ArrayRef>& inputs) {
+                                          const std::vector<ArrayRef>& inputs, const ExecuteOptions& options) {
   if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
   if (executable == nullptr || executable->client() != id_) {
     return absl::PermissionDeniedError(absl::StrCat("client '", name_, "' did not load that executable"));
   }
   Execution run;
-  ASSIGN_OR_RETURN(run.state, executable->Prepare(inputs, &run.outputs));
+  ASSIGN_OR_RETURN(run.state, executable->Prepare(inputs, &run.outputs, options.tag));
   {
     absl::MutexLock lock(&mu_);
     for (auto& o : run.outputs) TrackLocked(o);

@@ -79,6 +79,13 @@ struct Execution {
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) const { return state->Await(deadline); }
 };
 
+struct ExecuteOptions {
+  // Names the run to the program's channels: the parts of one program on
+  // several islands exchange values run by run under one tag, which the
+  // controller gives all of them. 0: the executable's own count of runs.
+  uint64_t tag = 0;
+};
+
 // One tenant of an island. Everything it allocates carries its id (the
 // ownership label); Close (or destruction) gives all of it back without
 // disturbing other clients. Thread-safe.
@@ -96,7 +103,8 @@ class Client {
   absl::StatusOr<std::shared_ptr<Executable>> Load(std::shared_ptr<const Program> program);
   // Prepares and queues a run; returns without waiting for the devices (it
   // waits only when the executable already has its maximum of runs in flight).
-  absl::StatusOr<Execution> Execute(const std::shared_ptr<Executable>& executable, const std::vector<ArrayRef>& inputs);
+  absl::StatusOr<Execution> Execute(const std::shared_ptr<Executable>& executable, const std::vector<ArrayRef>& inputs,
+                                    const ExecuteOptions& options = {});
 
   // Device memory held by this client's live arrays and executables.
   uint64_t bytes_held() const;

@@ -1,6 +1,7 @@
 #include "scheduler/program.h"
 
-#include <deque>
+#include <functional>
+#include <queue>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,7 +24,8 @@ std::string Program::DebugString() const {
     std::vector<std::string> in, outs;
     for (int v : s.inputs) in.push_back(values_[v].name);
     for (int v : s.outputs) outs.push_back(values_[v].name);
-    const char* kind = s.kind == ProgramStep::kCall ? "call " : s.kind == ProgramStep::kTransfer ? "transfer " : "collective ";
+    static constexpr const char* kKinds[] = {"call ", "transfer ", "collective ", "send ", "receive "};
+    const char* kind = kKinds[s.kind];
     absl::StrAppend(&out, "  ", kind, s.node, " on ",
                     s.mesh->DebugString(), ": (", absl::StrJoin(in, ", "), ") -> (", absl::StrJoin(outs, ", "), ")\n");
   }
@@ -57,6 +59,32 @@ ProgramBuilder& ProgramBuilder::Reshard(std::string node, std::shared_ptr<Mesh> 
   n.inputs = {std::move(input)};
   n.outputs = {std::move(output)};
   n.reshard = sharding;
+  nodes_.push_back(std::move(n));
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Send(std::string node, std::string value, std::shared_ptr<Channel> channel) {
+  Node n;
+  n.name = std::move(node);
+  n.inputs = {std::move(value)};
+  n.send = true;
+  n.channel = std::move(channel);
+  nodes_.push_back(std::move(n));
+  return *this;
+}
+
+ProgramBuilder& ProgramBuilder::Receive(std::string node, std::shared_ptr<Mesh> mesh, std::string value,
+                                        Shape shape, DType dtype, Sharding sharding,
+                                        std::shared_ptr<Channel> channel) {
+  Node n;
+  n.name = std::move(node);
+  n.mesh = std::move(mesh);
+  n.outputs = {std::move(value)};
+  n.receive = true;
+  n.shape = std::move(shape);
+  n.dtype = dtype;
+  n.reshard = sharding;
+  n.channel = std::move(channel);
   nodes_.push_back(std::move(n));
   return *this;
 }
@@ -155,11 +183,16 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     if (!node_index.emplace(node.name, static_cast<int>(n)).second) {
       return absl::InvalidArgumentError(absl::StrCat(what, " is defined twice"));
     }
-    if (node.function == nullptr && !node.collective && !node.reshard) {
+    if (node.function == nullptr && !node.collective && !node.reshard && !node.send) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": no function"));
     }
-    RETURN_IF_ERROR(check_mesh(what, node.mesh));
-    if (node.collective) {
+    if ((node.send || node.receive) && node.channel == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no channel"));
+    }
+    if (!node.send) RETURN_IF_ERROR(check_mesh(what, node.mesh));
+    if (node.send || node.receive) {
+      // Checked as it is lowered.
+    } else if (node.collective) {
       const int axis = node.collective_options.mesh_axis;
       if (axis < -1 || axis >= static_cast<int>(node.mesh->dims().size())) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": ", CollectiveKindName(node.collective_kind),
@@ -187,7 +220,9 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     }
   }
   // Every input must be produced; order the nodes so producers come first
-  // (Kahn's algorithm); what is left over is a cycle.
+  // (Kahn's algorithm, taking the earliest added node that is ready, so an
+  // order that already respects the dependencies is kept); what is left
+  // over is a cycle.
   std::vector<int> pending(nodes_.size(), 0);
   std::vector<std::vector<int>> consumers(nodes_.size());
   for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -203,17 +238,17 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
       }
     }
   }
-  std::deque<int> ready;
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    if (pending[n] == 0) ready.push_back(static_cast<int>(n));
+    if (pending[n] == 0) ready.push(static_cast<int>(n));
   }
   std::vector<int> order;
   while (!ready.empty()) {
-    int n = ready.front();
-    ready.pop_front();
+    int n = ready.top();
+    ready.pop();
     order.push_back(n);
     for (int c : consumers[n]) {
-      if (--pending[c] == 0) ready.push_back(c);
+      if (--pending[c] == 0) ready.push(c);
     }
   }
   if (order.size() != nodes_.size()) {
@@ -280,9 +315,49 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     transferred.emplace(key, id);
     return id;
   };
+  // Values that cross islands go as contiguous byte ranges (channel.h).
+  auto check_contiguous = [](const std::string& what, const std::string& value, const Sharding& sharding) {
+    if (sharding.replicated() || sharding.array_axis == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", value, "' is ", sharding.ToString(),
+                                                   "; a value crossing islands must be replicated or split "
+                                                   "along array axis 0 (reshard it on its island first)"));
+  };
   for (int n : order) {
     const Node& node = nodes_[n];
     std::string what = absl::StrCat("node '", node.name, "'");
+    if (node.send) {
+      const int v = value_ids.at(node.inputs[0]);
+      const ProgramValue& value = p.values_[v];
+      RETURN_IF_ERROR(check_contiguous(what, value.name, value.sharding));
+      ProgramStep send;
+      send.kind = ProgramStep::kSend;
+      send.node = node.name;
+      send.mesh = value.mesh;
+      send.inputs = {v};
+      send.channel = node.channel;
+      p.steps_.push_back(std::move(send));
+      continue;
+    }
+    if (node.receive) {
+      RETURN_IF_ERROR(check_contiguous(what, node.outputs[0], *node.reshard));
+      if (node.shape.empty() || NumElements(node.shape) <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": receives an empty shape ", ShapeString(node.shape)));
+      }
+      auto shard = ShardShape(node.shape, *node.reshard, *node.mesh);
+      if (!shard.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", shard.status().message()));
+      int id = static_cast<int>(p.values_.size());
+      value_ids[node.outputs[0]] = id;
+      p.values_.push_back({node.outputs[0], ProgramValue::kIntermediate, node.mesh, node.shape, node.dtype,
+                           *node.reshard});
+      ProgramStep receive;
+      receive.kind = ProgramStep::kReceive;
+      receive.node = node.name;
+      receive.mesh = node.mesh;
+      receive.outputs = {id};
+      receive.channel = node.channel;
+      p.steps_.push_back(std::move(receive));
+      continue;
+    }
     if (node.reshard) {
       ASSIGN_OR_RETURN(int id, add_transfer(what, node.name, value_ids.at(node.inputs[0]), node.mesh,
                                             *node.reshard, node.outputs[0]));
@@ -438,7 +513,11 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
     p.values_[it->second].kind = ProgramValue::kOutput;
     p.outputs_.push_back(it->second);
   }
-  if (p.outputs_.empty()) return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' has no outputs"));
+  bool sends = false;
+  for (const ProgramStep& step : p.steps_) sends |= step.kind == ProgramStep::kSend;
+  if (p.outputs_.empty() && !sends) {
+    return absl::InvalidArgumentError(absl::StrCat("program '", name_, "' has no outputs"));
+  }
   return program;
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/array.h"
+#include "scheduler/channel.h"
 #include "scheduler/collectives.h"
 #include "scheduler/transfer.h"
 #include "scheduler/function.h"
@@ -29,10 +30,12 @@ struct ProgramValue {
 };
 
 // One gang call of a lowered program: a function call on every device of its
-// mesh, a transfer (a value copied shard by shard to another mesh), or one
-// phase of a collective.
+// mesh, a transfer (a value copied shard by shard to another mesh), one
+// phase of a collective, or one end of a value crossing islands (a send
+// copies each distinct shard to host-visible staging and hands it to its
+// channel; a receive copies what the channel delivered into each shard).
 struct ProgramStep {
-  enum Kind { kCall, kTransfer, kCollective };
+  enum Kind { kCall, kTransfer, kCollective, kSend, kReceive };
   Kind kind = kCall;
   std::string node;  // the builder's node name ("x@mesh2" for transfers, "node/phase2" for collectives)
   std::shared_ptr<const Function> function;  // kCall
@@ -46,9 +49,12 @@ struct ProgramStep {
   // kCollective: which devices of the mesh run the plan together (the plan's
   // positions are positions in a group).
   std::shared_ptr<const CollectiveGroups> groups;
+  std::shared_ptr<Channel> channel;  // kSend, kReceive
   // Whether a device's part waits for other devices (a collective phase
-  // over several): such a step always begins a gang call of its own.
+  // over several) or for another island (a receive): such a step always
+  // begins a gang call of its own.
   bool waits_on_peers() const {
+    if (kind == kReceive) return true;
     if (kind == kTransfer) return reads_peers;
     if (kind != kCollective) return false;
     for (const auto& w : collective->phases[phase].waits) {
@@ -80,7 +86,9 @@ class Program {
 
 // Builds a program by names. Build() validates (unknown or doubly produced
 // values, cycles, shapes, dtypes, meshes) with errors that name the node, and
-// lowers: a call whose input lives on another mesh of the island gets a
+// lowers in the order the nodes were added wherever that order respects the
+// dependencies (the dispatch order is then exactly the builder's: islands
+// that exchange values rely on it), and: a call whose input lives on another mesh of the island gets a
 // transfer step, which also reshards (to the input's own sharding if it fits
 // the function, else to replicated or the split that does). On one mesh, a
 // sharding changes only by an explicit Reshard node.
@@ -133,6 +141,17 @@ class ProgramBuilder {
   ProgramBuilder& CollectivePermute(std::string node, std::shared_ptr<Mesh> mesh, std::string input,
                                     std::string output, std::vector<std::pair<int, int>> pairs);
 
+  // Sends `value` to another island over `channel`, run after run. The
+  // value must be replicated or split along array axis 0 (contiguous shards);
+  // a send has no output.
+  ProgramBuilder& Send(std::string node, std::string value, std::shared_ptr<Channel> channel);
+  // `value`, laid out on `mesh` by `sharding` (replicated or split along
+  // array axis 0), arrives from another island over `channel`. Its devices
+  // wait for it at this node's place in the order, so add it just before
+  // the first node that reads it.
+  ProgramBuilder& Receive(std::string node, std::shared_ptr<Mesh> mesh, std::string value, Shape shape,
+                          DType dtype, Sharding sharding, std::shared_ptr<Channel> channel);
+
   absl::StatusOr<std::shared_ptr<const Program>> Build() const;
 
  private:
@@ -153,6 +172,11 @@ class ProgramBuilder {
     CollectiveKind collective_kind = CollectiveKind::kAllReduce;
     CollectiveOptions collective_options;
     std::optional<Sharding> reshard;  // a Reshard node
+    std::shared_ptr<Channel> channel;  // a Send or Receive node
+    bool send = false;
+    bool receive = false;
+    Shape shape;  // Receive: what arrives
+    DType dtype = DType::kF32;
   };
   std::string name_;
   std::vector<Param> params_;

@@ -1,0 +1,199 @@
+#include "scheduler/inbox.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace causeway {
+
+Inbox::~Inbox() { Close(absl::CancelledError(absl::StrCat(name_, " closed"))); }
+
+void Inbox::Place(Run& run, uint64_t offset, const uint8_t* data, uint64_t length) const {
+  for (const Channel::Target& t : run.targets) {
+    const uint64_t begin = std::max(offset, t.offset);
+    const uint64_t end = std::min(offset + length, t.offset + t.staging->size());
+    if (begin >= end) continue;
+    uint8_t* dst = static_cast<uint8_t*>(t.staging->mapped()) + (begin - t.offset);
+    const uint8_t* src = data + (begin - offset);
+    if (dst != src) std::memcpy(dst, src, end - begin);
+  }
+}
+
+void Inbox::Settle(uint64_t tag, Run& run,
+                   std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done) {
+  if (!run.open.empty()) return;  // a writer still holds memory of this run
+  if (!run.failed.ok()) {
+    if (run.expected) {
+      done->emplace_back(run.done, run.failed);
+      runs_.erase(tag);
+    }
+    // Not yet expected: kept, so that Expect fails at once.
+    return;
+  }
+  if (run.expected && run.received == run.total) {
+    done->emplace_back(run.done, absl::OkStatus());
+    runs_.erase(tag);
+  }
+}
+
+Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target> targets) {
+  for (const Channel::Target& t : targets) {
+    if (t.staging == nullptr || t.staging->mapped() == nullptr || t.offset + t.staging->size() > total ||
+        t.offset + t.staging->size() < t.offset) {
+      return Future<>::Ready(absl::InternalError(
+          absl::StrCat(name_, ": a receive target of run ", tag, " is not host-visible memory within the value")));
+    }
+  }
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  Future<> future;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& slot = runs_[tag];
+    if (slot == nullptr) {
+      if (!closed_.ok()) {
+        runs_.erase(tag);
+        return Future<>::Ready(closed_);
+      }
+      slot = std::make_unique<Run>();
+      slot->total = total;
+    }
+    Run& run = *slot;
+    if (run.expected) {
+      return Future<>::Ready(absl::InternalError(absl::StrCat(name_, ": run ", tag, " is received twice")));
+    }
+    if (run.failed.ok() && run.total != total) {
+      run.failed = absl::DataLossError(absl::StrCat(name_, ": run ", tag, " sent a value of ", run.total,
+                                                    " bytes where ", total, " were expected"));
+    }
+    run.expected = true;
+    run.targets = std::move(targets);
+    run.done = std::make_shared<Promise<>>();
+    future = run.done->future();
+    if (run.failed.ok() && !run.early.empty()) {
+      Place(run, 0, run.early.data(), run.total);
+      std::vector<uint8_t>().swap(run.early);
+    }
+    Settle(tag, run, &done);
+  }
+  for (auto& [promise, status] : done) promise->Set(status);
+  return future;
+}
+
+absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total) {
+  if (length == 0 || offset + length > total || offset + length < offset) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent ", length, " bytes at offset ",
+                                                   offset, " of a value of ", total, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!closed_.ok()) return closed_;
+  auto& slot = runs_[tag];
+  if (slot == nullptr) {
+    slot = std::make_unique<Run>();
+    slot->total = total;
+  }
+  Run& run = *slot;
+  if (!run.failed.ok()) return run.failed;
+  if (run.total != total) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
+                                                   " bytes where ", run.total, " were expected"));
+  }
+  if (run.received + length > run.total) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent more than its ", run.total,
+                                                   " bytes"));
+  }
+  Range range;
+  range.offset = offset;
+  range.length = length;
+  if (!run.expected) {
+    // Early: into the inbox's own copy of the whole value.
+    if (run.early.empty()) run.early.resize(run.total);
+    range.data = run.early.data() + offset;
+  } else {
+    for (const Channel::Target& t : run.targets) {
+      if (offset >= t.offset && offset + length <= t.offset + t.staging->size()) {
+        range.data = static_cast<uint8_t*>(t.staging->mapped()) + (offset - t.offset);
+        break;
+      }
+    }
+    if (range.data == nullptr) {
+      range.own.resize(length);
+      range.data = range.own.data();
+    }
+  }
+  // The bytes are counted now, so a second writer of too much is refused
+  // before it writes; a failed End fails the run anyway.
+  run.received += length;
+  const uint64_t id = next_slot_++;
+  uint8_t* data = range.data;
+  run.open.emplace(id, std::move(range));
+  return Slot{data, id};
+}
+
+void Inbox::End(const Slot& slot, absl::Status status) {
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [tag, run] : runs_) {
+      auto it = run->open.find(slot.id);
+      if (it == run->open.end()) continue;
+      Range range = std::move(it->second);
+      run->open.erase(it);
+      if (!status.ok() && run->failed.ok()) run->failed = status;
+      if (run->failed.ok() && run->expected) Place(*run, range.offset, range.data, range.length);
+      Settle(tag, *run, &done);
+      break;
+    }
+  }
+  for (auto& [promise, s] : done) promise->Set(s);
+}
+
+absl::Status Inbox::Deliver(uint64_t tag, uint64_t offset, uint64_t total, const void* data, uint64_t length) {
+  absl::StatusOr<Slot> slot = Begin(tag, offset, length, total);
+  if (!slot.ok()) return slot.status();
+  std::memcpy(slot->data, data, length);
+  End(*slot);
+  return absl::OkStatus();
+}
+
+void Inbox::Fail(uint64_t tag, const absl::Status& status) {
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto& slot = runs_[tag];
+    if (slot == nullptr) slot = std::make_unique<Run>();
+    if (slot->failed.ok()) slot->failed = status;
+    std::vector<uint8_t>().swap(slot->early);
+    Settle(tag, *slot, &done);
+  }
+  for (auto& [promise, s] : done) promise->Set(s);
+}
+
+void Inbox::Close(const absl::Status& status) {
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_.ok()) closed_ = status.ok() ? absl::CancelledError(absl::StrCat(name_, " closed")) : status;
+    std::vector<uint64_t> tags;
+    for (auto& [tag, run] : runs_) tags.push_back(tag);
+    for (uint64_t tag : tags) {
+      Run& run = *runs_[tag];
+      if (run.failed.ok()) run.failed = closed_;
+      std::vector<uint8_t>().swap(run.early);
+      if (run.expected) {
+        Settle(tag, run, &done);
+      } else if (run.open.empty()) {
+        runs_.erase(tag);  // a later Expect sees closed_
+      }
+    }
+  }
+  for (auto& [promise, s] : done) promise->Set(s);
+}
+
+size_t Inbox::pending() const {
+  absl::MutexLock lock(&mu_);
+  return runs_.size();
+}
+
+}  // namespace causeway

@@ -1,0 +1,103 @@
+// The receiving end of a channel (channel.h), whatever carries the bytes:
+// it matches what arrives for a run (by tag) with where that run's receive
+// step wants it, whichever comes first.
+//
+// Bytes that arrive before their run's receive is dispatched wait in host
+// memory of the inbox's own; bytes that arrive after go straight into the
+// receiving devices' staging when a range falls within one device's part
+// (always so when both sides have the same layout, or the value is
+// replicated on the receiving side), and are copied to every other device
+// that holds them.
+#ifndef CAUSEWAY_SCHEDULER_INBOX_H_
+#define CAUSEWAY_SCHEDULER_INBOX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/future.h"
+#include "scheduler/channel.h"
+
+namespace causeway {
+
+// Thread-safe. Bytes come in as Begin/End pairs (a writer may take its time
+// between them, e.g. reading a socket into the returned memory); several
+// ranges may be in progress at once.
+class Inbox {
+ public:
+  // `name` describes the channel in errors ("channel 3 from island 'b'").
+  explicit Inbox(std::string name) : name_(std::move(name)) {}
+  ~Inbox();
+
+  // The receive step of run `tag`: resolves once `total` bytes have arrived
+  // and are in every target. Fails if the run was already failed (Fail) or
+  // the inbox closed, or if a receive for `tag` is already waiting.
+  Future<> Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target> targets);
+
+  // Where `length` bytes at `offset` of run `tag`'s `total`-byte value go.
+  // The memory stays valid until the matching End. InvalidArgument when the
+  // range is outside the value or `total` disagrees with what this run
+  // expects; FailedPrecondition when the run already failed or completed.
+  struct Slot {
+    uint8_t* data = nullptr;
+    uint64_t id = 0;  // for End
+  };
+  absl::StatusOr<Slot> Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total);
+  // The bytes of `slot` are in place (ok) or will never be (an error: the
+  // run fails with it).
+  void End(const Slot& slot, absl::Status status = absl::OkStatus());
+
+  // Copies `length` bytes in (Begin, memcpy, End).
+  absl::Status Deliver(uint64_t tag, uint64_t offset, uint64_t total, const void* data, uint64_t length);
+
+  // Run `tag` will not get its bytes: its receive fails with `status` (now,
+  // or when it is dispatched).
+  void Fail(uint64_t tag, const absl::Status& status);
+  // Every run, waiting or to come, fails with `status` (the sender is lost).
+  void Close(const absl::Status& status);
+
+  // Runs with bytes or receives outstanding (for tests and leak checks).
+  size_t pending() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Run;
+  struct Range {
+    uint64_t offset = 0, length = 0;
+    uint8_t* data = nullptr;  // where the writer puts the bytes
+    std::vector<uint8_t> own;  // when they go to no single target directly
+  };
+  struct Run {
+    uint64_t total = 0;
+    uint64_t received = 0;
+    bool expected = false;
+    std::vector<Channel::Target> targets;
+    std::vector<uint8_t> early;  // bytes that came before Expect
+    std::shared_ptr<Promise<>> done;
+    Future<> future;
+    absl::Status failed;
+    absl::flat_hash_map<uint64_t, Range> open;  // by slot id
+  };
+  // Copies the run's early bytes into its targets.
+  void Place(Run& run, uint64_t offset, const uint8_t* data, uint64_t length) const;
+  // Resolves and forgets `tag` if it is complete or failed (returns the
+  // promise to set outside the lock).
+  void Settle(uint64_t tag, Run& run, std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string name_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_INBOX_H_

@@ -1,0 +1,656 @@
+#include "scheduler/program_def.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "runtime/builtin_kernels.h"
+#include "runtime/status.h"
+#include "scheduler/collectives.h"
+
+namespace causeway {
+namespace {
+
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// `status` with `what` in front of its message; NotFound (an unknown
+// built-in kernel) becomes InvalidArgument: the def named something that
+// does not exist.
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  absl::StatusCode code =
+      status.code() == absl::StatusCode::kNotFound ? absl::StatusCode::kInvalidArgument : status.code();
+  return absl::Status(code, absl::StrCat(what, ": ", status.message()));
+}
+
+template <typename T>
+std::string ListString(const google::protobuf::RepeatedField<T>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
+}
+
+// The name of `what` ("node 3": its kind and index, as it has no usable
+// name yet) has 1..kMaxDefNameBytes bytes.
+absl::Status CheckName(absl::string_view what, absl::string_view name) {
+  if (name.empty()) return Invalid(what, " has no name");
+  if (name.size() > kMaxDefNameBytes) {
+    return Invalid(what, " has a name of ", name.size(), " bytes ('", name.substr(0, 32), "...'); at most ",
+                   kMaxDefNameBytes);
+  }
+  return absl::OkStatus();
+}
+
+// A reference from `what` to a `kind` (value, mesh, function) by name.
+absl::Status CheckRef(absl::string_view what, absl::string_view kind, absl::string_view name) {
+  if (name.empty()) return Invalid(what, ": no ", kind, " named");
+  if (name.size() > kMaxDefNameBytes) {
+    return Invalid(what, ": ", kind, " name of ", name.size(), " bytes ('", name.substr(0, 32),
+                   "...'); at most ", kMaxDefNameBytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCount(absl::string_view what, absl::string_view items, int count, int max) {
+  if (count > max) return Invalid(what, " has ", count, " ", items, "; at most ", max);
+  return absl::OkStatus();
+}
+
+// A static shape within the bounds: rank <= kMaxDefRank, every dimension
+// >= 1, at most kMaxDefElements elements and kMaxDefRows rows. Products stay
+// below 2^64: each factor is checked against 2^32 - 1 first.
+absl::StatusOr<Shape> ShapeFromDef(absl::string_view what,
+                                   const google::protobuf::RepeatedField<int64_t>& dims) {
+  if (dims.size() > kMaxDefRank) {
+    return Invalid(what, ": shape of rank ", dims.size(), "; at most ", kMaxDefRank);
+  }
+  uint64_t elements = 1, rows = 1;
+  for (int i = 0; i < dims.size(); ++i) {
+    const int64_t d = dims[i];
+    if (d < 1) {
+      return Invalid(what, ": shape ", ListString(dims), " has dimension ", i, " = ", d,
+                     "; every dimension must be >= 1 (shapes are static)");
+    }
+    if (static_cast<uint64_t>(d) > kMaxDefElements ||
+        (elements *= static_cast<uint64_t>(d)) > kMaxDefElements) {
+      return Invalid(what, ": shape ", ListString(dims), " has more than ", kMaxDefElements, " elements");
+    }
+    if (i + 1 < dims.size() && (rows *= static_cast<uint64_t>(d)) > kMaxDefRows) {
+      return Invalid(what, ": shape ", ListString(dims), " has more than ", kMaxDefRows,
+                     " rows (elements before its last axis)");
+    }
+  }
+  return Shape(dims.begin(), dims.end());
+}
+
+absl::StatusOr<DType> DTypeFromDef(absl::string_view what, DTypeDef def) {
+  auto dtype = FromDef(def);
+  if (!dtype.ok()) return Prefixed(what, dtype.status());
+  return *dtype;
+}
+
+absl::StatusOr<Sharding> ShardingFromDef(absl::string_view what, const ShardingDef& def) {
+  auto sharding = FromDef(def);
+  if (!sharding.ok()) return Prefixed(what, sharding.status());
+  return *sharding;
+}
+
+absl::StatusOr<std::shared_ptr<const Kernel>> StepKernel(const std::string& what, const std::string& function,
+                                                         const KernelStepDef& step) {
+  switch (step.kernel_case()) {
+    case KernelStepDef::kBuiltin: {
+      RETURN_IF_ERROR(CheckRef(what, "built-in kernel", step.builtin()));
+      auto kernel = BuiltinKernel(step.builtin());
+      if (!kernel.ok()) return Prefixed(what, kernel.status());
+      return *kernel;
+    }
+    case KernelStepDef::kSpirv: {
+      if (step.kernel_name().size() > kMaxDefNameBytes) {
+        return Invalid(what, ": kernel_name of ", step.kernel_name().size(), " bytes; at most ",
+                       kMaxDefNameBytes);
+      }
+      auto kernel =
+          Kernel::FromSpirvBytes(step.kernel_name().empty() ? function : step.kernel_name(), step.spirv());
+      if (!kernel.ok()) return Prefixed(what, kernel.status());
+      return *kernel;
+    }
+    case KernelStepDef::KERNEL_NOT_SET:
+      break;
+  }
+  return Invalid(what, ": no kernel (expected `builtin` or `spirv`)");
+}
+
+absl::StatusOr<std::shared_ptr<const Function>> CustomFromDef(const std::string& name,
+                                                              const FunctionDef::Custom& def) {
+  const std::string what = absl::StrCat("function '", name, "'");
+  std::array<std::vector<TensorSpec>, 3> specs;  // inputs, outputs, scratch
+  const std::array<const google::protobuf::RepeatedPtrField<TensorSpecDef>*, 3> defs = {
+      &def.inputs(), &def.outputs(), &def.scratch()};
+  const std::array<const char*, 3> kinds = {"input", "output", "scratch buffer"};
+  for (int k = 0; k < 3; ++k) {
+    RETURN_IF_ERROR(CheckCount(what, absl::StrCat(kinds[k], "s"), defs[k]->size(), kMaxDefTensors));
+    for (int i = 0; i < defs[k]->size(); ++i) {
+      const TensorSpecDef& t = (*defs[k])[i];
+      const std::string which = absl::StrCat(what, " ", kinds[k], " ", i);
+      ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(which, t.shape()));
+      ASSIGN_OR_RETURN(DType dtype, DTypeFromDef(which, t.dtype()));
+      specs[k].push_back({std::move(shape), dtype});
+    }
+  }
+  if (specs[1].empty()) return Invalid(what, " has no outputs (expected at least 1)");
+  if (def.steps().empty()) return Invalid(what, " has no steps (expected at least 1 kernel)");
+  RETURN_IF_ERROR(CheckCount(what, "steps", def.steps().size(), kMaxDefSteps));
+  const int inputs = static_cast<int>(specs[0].size());
+  const int buffers = static_cast<int>(specs[0].size() + specs[1].size() + specs[2].size());
+  auto buffer = [&](int a) -> const TensorSpec& {
+    if (a < inputs) return specs[0][a];
+    if (a < inputs + static_cast<int>(specs[1].size())) return specs[1][a - inputs];
+    return specs[2][a - inputs - specs[1].size()];
+  };
+
+  std::vector<KernelStep> steps;
+  for (int s = 0; s < def.steps().size(); ++s) {
+    const KernelStepDef& step = def.steps(s);
+    const std::string at = absl::StrCat(what, " step ", s);
+    ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, StepKernel(at, name, step));
+    const KernelReflection& r = kernel->reflection();
+    const std::string of_kernel = absl::StrCat(at, ": kernel '", kernel->name(), "'");
+
+    if (static_cast<size_t>(step.args().size()) != r.bindings.size()) {
+      return Invalid(of_kernel, " has ", r.bindings.size(), " bindings, given ", step.args().size(), " args");
+    }
+    for (int i = 0; i < step.args().size(); ++i) {
+      const int a = step.args(i);
+      if (a < 0 || a >= buffers) {
+        return Invalid(at, ": argument ", a, " is not one of its ", buffers, " buffers (", inputs,
+                       " inputs, ", specs[1].size(), " outputs, ", specs[2].size(),
+                       " scratch, numbered in that order)");
+      }
+      const KernelBinding& b = r.bindings[i];
+      if (a < inputs && !b.read_only) {
+        return Invalid(of_kernel, " may write binding ", b.binding, ", given input ", a,
+                       " (inputs are read-only: bind an output or scratch buffer)");
+      }
+      if (buffer(a).bytes() < std::max<uint64_t>(b.min_size, 1)) {
+        return Invalid(of_kernel, " binding ", b.binding, " expects at least ",
+                       std::max<uint64_t>(b.min_size, 1), " bytes, given argument ", a, " ",
+                       buffer(a).ToString(), " of ", buffer(a).bytes());
+      }
+    }
+
+    if (step.push_constants().size() > kMaxDefPushConstantBytes) {
+      return Invalid(at, ": ", step.push_constants().size(), " bytes of push constants; at most ",
+                     kMaxDefPushConstantBytes);
+    }
+    if (step.push_constants().size() != r.push_constant_size) {
+      return Invalid(of_kernel, " takes ", r.push_constant_size, " bytes of push constants, given ",
+                     step.push_constants().size());
+    }
+
+    std::array<uint32_t, 3> groups{1, 1, 1};
+    if (!step.groups().empty()) {
+      if (step.groups().size() != 3) {
+        return Invalid(at, ": groups ", ListString(step.groups()), " (expected none, or 3 counts: x, y, z)");
+      }
+      for (int d = 0; d < 3; ++d) {
+        groups[d] = step.groups(d);
+        if (groups[d] < 1 || groups[d] > kMaxDefGroups) {
+          return Invalid(at, ": groups ", ListString(step.groups()), " (each must be 1..", kMaxDefGroups,
+                         ")");
+        }
+      }
+    }
+
+    SpecValues spec;
+    absl::flat_hash_map<uint32_t, uint32_t> spec_map;
+    for (const KernelStepDef::SpecValue& v : step.spec()) {
+      bool declared = false;
+      for (const SpecConstant& c : r.spec_constants) declared |= c.id == v.id();
+      if (!declared) {
+        std::vector<uint32_t> ids;
+        for (const SpecConstant& c : r.spec_constants) ids.push_back(c.id);
+        return Invalid(of_kernel, " has no specialization constant ", v.id(), " (it declares ",
+                       ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")");
+      }
+      if (!spec_map.emplace(v.id(), v.value()).second) {
+        return Invalid(at, ": specialization constant ", v.id(), " is given twice");
+      }
+      spec.emplace_back(v.id(), v.value());
+    }
+    const std::array<uint32_t, 3> local = ResolveLocalSize(r, spec_map);
+    bool fits = true;
+    for (uint32_t d : local) fits &= d >= 1 && d <= kMaxDefLocalSize;  // so that the product cannot overflow
+    if (!fits || uint64_t{local[0]} * local[1] * local[2] > kMaxDefLocalSize) {
+      return Invalid(of_kernel, ": workgroup size ", local[0], "x", local[1], "x", local[2], " (expected 1..",
+                     kMaxDefLocalSize, " invocations, each dimension >= 1)");
+    }
+
+    steps.push_back({std::move(kernel), std::vector<int>(step.args().begin(), step.args().end()),
+                     std::vector<uint8_t>(step.push_constants().begin(), step.push_constants().end()), groups,
+                     std::move(spec)});
+  }
+  // Create's own checks repeat the ones above; its errors name the function.
+  return Function::Create(name, std::move(specs[0]), std::move(specs[1]), std::move(specs[2]),
+                          std::move(steps));
+}
+
+absl::StatusOr<CollectiveKind> KindFromDef(absl::string_view what, CollectiveDef::Kind kind) {
+  switch (kind) {
+    case CollectiveDef::ALL_REDUCE:
+      return CollectiveKind::kAllReduce;
+    case CollectiveDef::ALL_GATHER:
+      return CollectiveKind::kAllGather;
+    case CollectiveDef::REDUCE_SCATTER:
+      return CollectiveKind::kReduceScatter;
+    case CollectiveDef::BROADCAST:
+      return CollectiveKind::kBroadcast;
+    case CollectiveDef::PERMUTE:
+      return CollectiveKind::kPermute;
+    default:
+      break;
+  }
+  return Invalid(what, ": collective kind ", static_cast<int>(kind),
+                 " (expected ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST or PERMUTE)");
+}
+
+absl::StatusOr<CollectiveOptions> OptionsFromDef(absl::string_view what, const CollectiveDef& def) {
+  CollectiveOptions options;
+  switch (def.op()) {
+    case CollectiveDef::SUM:
+      options.op = ReduceOp::kSum;
+      break;
+    case CollectiveDef::MAX:
+      options.op = ReduceOp::kMax;
+      break;
+    default:
+      return Invalid(what, ": reduce op ", static_cast<int>(def.op()), " (expected SUM or MAX)");
+  }
+  switch (def.algorithm()) {
+    case CollectiveDef::AUTO:
+      options.algorithm = CollectiveAlgorithm::kAuto;
+      break;
+    case CollectiveDef::DIRECT:
+      options.algorithm = CollectiveAlgorithm::kDirect;
+      break;
+    case CollectiveDef::RING:
+      options.algorithm = CollectiveAlgorithm::kRing;
+      break;
+    default:
+      return Invalid(what, ": algorithm ", static_cast<int>(def.algorithm()),
+                     " (expected AUTO, DIRECT or RING)");
+  }
+  options.root = def.root();
+  RETURN_IF_ERROR(CheckCount(what, "pairs", def.pairs().size(), kMaxDefNodes));
+  for (const CollectiveDef::Pair& pair : def.pairs()) options.pairs.emplace_back(pair.from(), pair.to());
+  if (def.has_mesh_axis()) {
+    if (def.mesh_axis() < -1 || def.mesh_axis() > 1) {
+      return Invalid(what, ": mesh axis ", def.mesh_axis(), " (expected -1, 0 or 1)");
+    }
+    options.mesh_axis = def.mesh_axis();
+  }
+  if (def.has_ring_threshold_bytes()) options.ring_threshold_bytes = def.ring_threshold_bytes();
+  return options;
+}
+
+// Collects the text parser's errors as "source:line:column: reason".
+class TextErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  TextErrors(absl::string_view text, absl::string_view source) : text_(text), source_(source) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
+    if (line < 0) {
+      errors_.push_back(absl::StrCat(source_, ": ", message));
+      return;
+    }
+    NameTheToken(message, line, column);
+    errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  // The parser reports an unknown field name or enum value at the token after
+  // it, which may be on the next line; moves (line, column) back to the name
+  // itself when it is found just before. Columns count as the tokenizer's
+  // do: a tab advances to the next multiple of 8.
+  void NameTheToken(absl::string_view message, int& line, int& column) const {
+    absl::string_view name;
+    for (absl::string_view lead : {"has no field named \"", "Unknown enumeration value of \""}) {
+      const size_t at = message.find(lead);
+      if (at == absl::string_view::npos) continue;
+      const size_t begin = at + lead.size(), end = message.find('"', begin);
+      if (end != absl::string_view::npos && end > begin) name = message.substr(begin, end - begin);
+    }
+    if (name.empty()) return;
+    // The offset of (line, column), then the last `name` before it.
+    size_t offset = 0;
+    for (int l = 0; l < line && offset < text_.size(); ++l) {
+      const size_t nl = text_.find('\n', offset);
+      offset = nl == absl::string_view::npos ? text_.size() : nl + 1;
+    }
+    for (int c = 0; offset < text_.size() && text_[offset] != '\n' && c < column; ++offset) {
+      c = text_[offset] == '\t' ? c + 8 - c % 8 : c + 1;
+    }
+    const size_t found = text_.substr(0, offset).rfind(name);
+    if (found == absl::string_view::npos) return;
+    int l = 0, c = 0;
+    for (size_t i = 0; i < found; ++i) {
+      if (text_[i] == '\n') {
+        ++l;
+        c = 0;
+      } else {
+        c = text_[i] == '\t' ? c + 8 - c % 8 : c + 1;
+      }
+    }
+    line = l;
+    column = c;
+  }
+
+  absl::string_view text_;
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDef& def) {
+  RETURN_IF_ERROR(CheckName("function", def.name()));
+  const std::string what = absl::StrCat("function '", def.name(), "'");
+  absl::StatusOr<std::shared_ptr<const Function>> function;
+  switch (def.kind_case()) {
+    case FunctionDef::kElementwise: {
+      RETURN_IF_ERROR(CheckRef(what, "op", def.elementwise().op()));
+      ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(what, def.elementwise().shape()));
+      function = Function::Elementwise(def.elementwise().op(), shape);
+      break;
+    }
+    case FunctionDef::kScale: {
+      ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(what, def.scale().shape()));
+      if (!def.scale().has_alpha()) return Invalid(what, ": scale has no alpha");
+      function = Function::Scale(shape, def.scale().alpha());
+      break;
+    }
+    case FunctionDef::kMatmul: {
+      const FunctionDef::Matmul& mm = def.matmul();
+      google::protobuf::RepeatedField<int64_t> a, b;
+      a.Add(mm.m());
+      a.Add(mm.k());
+      b.Add(mm.k());
+      b.Add(mm.n());
+      if (mm.m() == 0 || mm.n() == 0 || mm.k() == 0) {
+        return Invalid(what, ": matmul m=", mm.m(), " n=", mm.n(), " k=", mm.k(), " (each must be >= 1)");
+      }
+      RETURN_IF_ERROR(ShapeFromDef(absl::StrCat(what, " input a"), a).status());
+      RETURN_IF_ERROR(ShapeFromDef(absl::StrCat(what, " input b"), b).status());
+      a.Set(1, mm.n());
+      RETURN_IF_ERROR(ShapeFromDef(absl::StrCat(what, " output"), a).status());
+      function = Function::Matmul(mm.m(), mm.n(), mm.k());
+      break;
+    }
+    case FunctionDef::kRepeatedAdd: {
+      ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(what, def.repeated_add().shape()));
+      const int count = def.repeated_add().count();
+      if (count < 1 || count > kMaxDefSteps) {
+        return Invalid(what, ": repeated_add count ", count, " (expected 1..", kMaxDefSteps, ")");
+      }
+      function = Function::RepeatedAdd(shape, count);
+      break;
+    }
+    case FunctionDef::kCustom:
+      return CustomFromDef(def.name(), def.custom());
+    case FunctionDef::KIND_NOT_SET:
+      return Invalid(what, ": no kind (expected elementwise, scale, matmul, repeated_add or custom)");
+  }
+  if (!function.ok()) return Prefixed(what, function.status());
+  return function;
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
+    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes) {
+  RETURN_IF_ERROR(CheckName("program", def.name()));
+  const std::string program = absl::StrCat("program '", def.name(), "'");
+  RETURN_IF_ERROR(CheckCount(program, "meshes", def.meshes().size(), kMaxDefMeshes));
+  RETURN_IF_ERROR(CheckCount(program, "functions", def.functions().size(), kMaxDefFunctions));
+  RETURN_IF_ERROR(CheckCount(program, "parameters", def.parameters().size(), kMaxDefNodes));
+  RETURN_IF_ERROR(CheckCount(program, "nodes", def.nodes().size(), kMaxDefNodes));
+  RETURN_IF_ERROR(CheckCount(program, "outputs", def.outputs().size(), kMaxDefNodes));
+
+  // Meshes: each bound to a mesh of the same dims.
+  absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> mesh_of;
+  for (int i = 0; i < def.meshes().size(); ++i) {
+    const MeshDef& m = def.meshes(i);
+    RETURN_IF_ERROR(CheckName(absl::StrCat("mesh ", i), m.name()));
+    const std::string what = absl::StrCat("mesh '", m.name(), "'");
+    if (mesh_of.contains(m.name())) return Invalid(what, " is defined twice");
+    if (m.island().size() > kMaxDefNameBytes) {
+      return Invalid(what, ": island name of ", m.island().size(), " bytes; at most ", kMaxDefNameBytes);
+    }
+    if (m.dims().empty() || m.dims().size() > 2) {
+      return Invalid(what, ": dims ", ListString(m.dims()), " (expected 1 or 2 sizes)");
+    }
+    for (int d : m.dims()) {
+      if (d < 1) return Invalid(what, ": dims ", ListString(m.dims()), " (each must be >= 1)");
+    }
+    auto it = meshes.find(m.name());
+    if (it == meshes.end() || it->second == nullptr) {
+      std::vector<std::string> bound;
+      for (const auto& [name, mesh] : meshes) {
+        if (mesh != nullptr) bound.push_back(absl::StrCat("'", name, "'"));
+      }
+      std::sort(bound.begin(), bound.end());
+      return Invalid(
+          what, " is not bound to a mesh (bound: ", bound.empty() ? "none" : absl::StrJoin(bound, ", "), ")");
+    }
+    const std::shared_ptr<Mesh>& mesh = it->second;
+    if (!std::equal(m.dims().begin(), m.dims().end(), mesh->dims().begin(), mesh->dims().end())) {
+      return Invalid(what, " has dims ", ListString(m.dims()), " in the program, but it is bound to ",
+                     mesh->DebugString(), " of dims [", absl::StrJoin(mesh->dims(), ", "), "]");
+    }
+    if (!m.island().empty() && m.island() != mesh->island()) {
+      return Invalid(what, " is on island '", m.island(), "' in the program, but it is bound to ",
+                     mesh->DebugString(), " on island '", mesh->island(), "'");
+    }
+    mesh_of.emplace(m.name(), mesh);
+  }
+  auto find_mesh = [&](absl::string_view what,
+                       const std::string& name) -> absl::StatusOr<std::shared_ptr<Mesh>> {
+    RETURN_IF_ERROR(CheckRef(what, "mesh", name));
+    auto it = mesh_of.find(name);
+    if (it == mesh_of.end()) {
+      std::vector<std::string> names;
+      for (const MeshDef& m : def.meshes()) names.push_back(absl::StrCat("'", m.name(), "'"));
+      return Invalid(what, ": unknown mesh '", name,
+                     "' (the program's meshes: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")");
+    }
+    return it->second;
+  };
+
+  absl::flat_hash_map<std::string, std::shared_ptr<const Function>> functions;
+  for (int i = 0; i < def.functions().size(); ++i) {
+    const FunctionDef& f = def.functions(i);
+    RETURN_IF_ERROR(CheckName(absl::StrCat("function ", i), f.name()));
+    if (functions.contains(f.name())) return Invalid("function '", f.name(), "' is defined twice");
+    ASSIGN_OR_RETURN(auto function, FunctionFromDef(f));
+    functions.emplace(f.name(), std::move(function));
+  }
+
+  ProgramBuilder b(def.name());
+  for (int i = 0; i < def.parameters().size(); ++i) {
+    const ParameterDef& p = def.parameters(i);
+    RETURN_IF_ERROR(CheckName(absl::StrCat("parameter ", i), p.value()));
+    const std::string what = absl::StrCat("parameter '", p.value(), "'");
+    ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, find_mesh(what, p.mesh()));
+    ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(what, p.shape()));
+    ASSIGN_OR_RETURN(DType dtype, DTypeFromDef(what, p.dtype()));
+    ASSIGN_OR_RETURN(Sharding sharding, ShardingFromDef(what, p.sharding()));
+    b.Parameter(p.value(), std::move(mesh), std::move(shape), dtype, sharding);
+  }
+
+  for (int i = 0; i < def.nodes().size(); ++i) {
+    const NodeDef& n = def.nodes(i);
+    RETURN_IF_ERROR(CheckName(absl::StrCat("node ", i), n.name()));
+    const std::string what = absl::StrCat("node '", n.name(), "'");
+    switch (n.kind_case()) {
+      case NodeDef::kCall: {
+        const CallDef& c = n.call();
+        RETURN_IF_ERROR(CheckRef(what, "function", c.function()));
+        auto f = functions.find(c.function());
+        if (f == functions.end()) return Invalid(what, ": unknown function '", c.function(), "'");
+        ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, find_mesh(what, c.mesh()));
+        RETURN_IF_ERROR(CheckCount(what, "inputs", c.inputs().size(), kMaxDefTensors));
+        RETURN_IF_ERROR(CheckCount(what, "outputs", c.outputs().size(), kMaxDefTensors));
+        for (const std::string& v : c.inputs()) RETURN_IF_ERROR(CheckRef(what, "input value", v));
+        for (const std::string& v : c.outputs()) RETURN_IF_ERROR(CheckRef(what, "output value", v));
+        if (c.output_shardings().size() > c.outputs().size()) {
+          return Invalid(what, ": ", c.output_shardings().size(), " output shardings for ",
+                         c.outputs().size(), " outputs");
+        }
+        std::vector<Sharding> shardings;
+        for (int o = 0; o < c.output_shardings().size(); ++o) {
+          ASSIGN_OR_RETURN(Sharding s,
+                           ShardingFromDef(absl::StrCat(what, " output ", o), c.output_shardings(o)));
+          shardings.push_back(s);
+        }
+        b.Call(n.name(), f->second, std::move(mesh), {c.inputs().begin(), c.inputs().end()},
+               {c.outputs().begin(), c.outputs().end()}, std::move(shardings));
+        break;
+      }
+      case NodeDef::kCollective: {
+        const CollectiveDef& c = n.collective();
+        ASSIGN_OR_RETURN(CollectiveKind kind, KindFromDef(what, c.kind()));
+        ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, find_mesh(what, c.mesh()));
+        RETURN_IF_ERROR(CheckRef(what, "input value", c.input()));
+        RETURN_IF_ERROR(CheckRef(what, "output value", c.output()));
+        ASSIGN_OR_RETURN(CollectiveOptions options, OptionsFromDef(what, c));
+        b.Collective(n.name(), kind, std::move(mesh), c.input(), c.output(), std::move(options));
+        break;
+      }
+      case NodeDef::kReshard: {
+        const ReshardDef& r = n.reshard();
+        ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, find_mesh(what, r.mesh()));
+        RETURN_IF_ERROR(CheckRef(what, "input value", r.input()));
+        RETURN_IF_ERROR(CheckRef(what, "output value", r.output()));
+        ASSIGN_OR_RETURN(Sharding sharding, ShardingFromDef(what, r.sharding()));
+        b.Reshard(n.name(), std::move(mesh), r.input(), r.output(), sharding);
+        break;
+      }
+      case NodeDef::KIND_NOT_SET:
+        return Invalid(what,
+                       ": no kind, or one this build does not know (expected call, collective or reshard)");
+    }
+  }
+  for (const std::string& out : def.outputs()) {
+    RETURN_IF_ERROR(CheckRef(program, "output value", out));
+    b.Output(out);
+  }
+  return b.Build();
+}
+
+absl::StatusOr<ProgramDef> ParseProgramDefText(absl::string_view text, absl::string_view source_name) {
+  if (text.size() > kMaxProgramTextBytes) {
+    return Invalid(source_name, ": ", text.size(), " bytes; a program file may have at most ",
+                   kMaxProgramTextBytes);
+  }
+  TextErrors errors(text, source_name);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  ProgramDef def;
+  if (!parser.ParseFromString(std::string(text), &def)) {
+    if (errors.errors().empty()) return Invalid(source_name, ": not a ProgramDef in text format");
+    return Invalid(absl::StrJoin(errors.errors(), "; "));
+  }
+  return def;
+}
+
+std::string ProgramDefToText(const ProgramDef& def) {
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetUseShortRepeatedPrimitives(true);
+  std::string out;
+  printer.PrintToString(def, &out);
+  return out;
+}
+
+FunctionDef ElementwiseDef(std::string name, std::string op, const Shape& shape) {
+  FunctionDef def;
+  def.set_name(std::move(name));
+  def.mutable_elementwise()->set_op(std::move(op));
+  def.mutable_elementwise()->mutable_shape()->Add(shape.begin(), shape.end());
+  return def;
+}
+
+FunctionDef ScaleDef(std::string name, const Shape& shape, float alpha) {
+  FunctionDef def;
+  def.set_name(std::move(name));
+  def.mutable_scale()->mutable_shape()->Add(shape.begin(), shape.end());
+  def.mutable_scale()->set_alpha(alpha);
+  return def;
+}
+
+FunctionDef MatmulDef(std::string name, uint32_t m, uint32_t n, uint32_t k) {
+  FunctionDef def;
+  def.set_name(std::move(name));
+  def.mutable_matmul()->set_m(m);
+  def.mutable_matmul()->set_n(n);
+  def.mutable_matmul()->set_k(k);
+  return def;
+}
+
+FunctionDef RepeatedAddDef(std::string name, const Shape& shape, int count) {
+  FunctionDef def;
+  def.set_name(std::move(name));
+  def.mutable_repeated_add()->mutable_shape()->Add(shape.begin(), shape.end());
+  def.mutable_repeated_add()->set_count(count);
+  return def;
+}
+
+ShardingDef ToDef(const Sharding& sharding) {
+  ShardingDef def;
+  if (!sharding.replicated()) {
+    def.mutable_split()->set_array_axis(sharding.array_axis);
+    def.mutable_split()->set_mesh_axis(sharding.mesh_axis);
+  }
+  return def;
+}
+
+absl::StatusOr<Sharding> FromDef(const ShardingDef& def) {
+  if (def.kind_case() != ShardingDef::kSplit) return Sharding::Replicated();
+  const ShardingDef::Split& split = def.split();
+  if (split.array_axis() < 0 || split.array_axis() >= kMaxDefRank) {
+    return Invalid("sharding split array axis ", split.array_axis(), " (expected 0..", kMaxDefRank - 1, ")");
+  }
+  if (split.mesh_axis() < 0 || split.mesh_axis() > 1) {
+    return Invalid("sharding split mesh axis ", split.mesh_axis(), " (expected 0 or 1)");
+  }
+  return Sharding::Split(split.array_axis(), split.mesh_axis());
+}
+
+DTypeDef ToDef(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return F32;
+    case DType::kF16:
+      return F16;
+    case DType::kI32:
+      return I32;
+  }
+  return F32;
+}
+
+absl::StatusOr<DType> FromDef(DTypeDef def) {
+  switch (def) {
+    case F32:
+      return DType::kF32;
+    case F16:
+      return DType::kF16;
+    case I32:
+      return DType::kI32;
+    default:
+      break;
+  }
+  return Invalid("dtype ", static_cast<int>(def), " (expected F32, F16 or I32)");
+}
+
+}  // namespace causeway

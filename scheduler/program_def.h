@@ -1,0 +1,102 @@
+// Programs as data: ProgramDef (program_def.proto) to Program, and protobuf
+// text format to ProgramDef. An island server builds what a client sent over
+// the network; a user writes a program file.
+//
+// A def is untrusted input. Everything in it is checked, and bounded, before
+// it is used: a malformed or hostile def gives an error that names the mesh,
+// function, parameter or node at fault and says what was expected and what
+// came, never a crash, an abort or an unbounded allocation.
+#ifndef CAUSEWAY_SCHEDULER_PROGRAM_DEF_H_
+#define CAUSEWAY_SCHEDULER_PROGRAM_DEF_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/array.h"
+#include "scheduler/dtype.h"
+#include "scheduler/function.h"
+#include "scheduler/mesh.h"
+#include "scheduler/program.h"
+#include "scheduler/program_def.pb.h"  // IWYU pragma: export
+
+namespace causeway {
+
+// What a def may hold. Far above any program built by hand, low enough that
+// what one def makes a server allocate and plan stays bounded.
+inline constexpr int kMaxDefNodes = 4096;  // and parameters, and outputs
+inline constexpr int kMaxDefFunctions = 1024;
+inline constexpr int kMaxDefMeshes = 64;
+inline constexpr size_t kMaxDefNameBytes = 256;  // every name; at least 1
+inline constexpr int kMaxDefRank = 8;
+// Elements of one shape (global for parameters, per device for functions):
+// the built-in kernels count elements in 32 bits.
+inline constexpr uint64_t kMaxDefElements = (uint64_t{1} << 32) - 1;
+// Elements before a shape's last axis: a reshard may copy each such row as a
+// region of its own, so this bounds what planning a transfer can allocate.
+inline constexpr uint64_t kMaxDefRows = uint64_t{1} << 22;
+inline constexpr int kMaxDefTensors = 64;  // inputs, outputs, scratch of a custom function; call arguments
+inline constexpr int kMaxDefSteps = 256;   // kernels of a custom function; RepeatedAdd's count
+// Vulkan's guaranteed minimums (maxPushConstantsSize, maxComputeWorkGroupCount).
+inline constexpr size_t kMaxDefPushConstantBytes = 128;
+inline constexpr uint32_t kMaxDefGroups = 65535;
+// Invocations of one workgroup after specialization.
+inline constexpr uint32_t kMaxDefLocalSize = 1024;
+inline constexpr size_t kMaxProgramTextBytes = size_t{64} << 20;
+
+// The function `def` describes: a built-in through Function's constructors,
+// a custom one from built-in kernels by name or SPIR-V bytes (validated by
+// spirv-tools) and Function::Create. Errors name the function, and the step:
+//   "function 'fused' step 1: argument 5 is not one of its 4 buffers"
+// A custom step is checked against its kernel (bindings and their sizes, no
+// input bound where the kernel may write, push-constant size, groups,
+// specialization constants, workgroup size), but what a kernel computes from
+// its push constants' bytes (a count larger than its buffers) or its own
+// code is not: only robust buffer access on the device keeps an untrusted
+// kernel inside its buffers.
+absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDef& def);
+
+// Builds the program `def` describes over `meshes`, which binds each of the
+// def's MeshDef names to a mesh of the same dims (the loading client's). The
+// def's functions are made once each and shared by the nodes that call them;
+// ProgramBuilder then validates and lowers (its errors name the node).
+//
+// Example:
+//   ASSIGN_OR_RETURN(ProgramDef def, ParseProgramDefText(text, "program.txt"));
+//   ASSIGN_OR_RETURN(auto mesh, client->AllocateMesh({2}));
+//   ASSIGN_OR_RETURN(auto program, BuildProgram(def, {{"m", mesh}}));
+//   ASSIGN_OR_RETURN(auto exe, client->Load(program));
+absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
+    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes);
+
+// Parses a ProgramDef in protobuf text format. InvalidArgument carrying the
+// parser's errors, each as "<source_name>:<line>:<column>: <reason>" (1-based),
+// e.g. "program.txt:12:5: Expected identifier, got: }". Checks only the
+// syntax; BuildProgram checks the rest.
+absl::StatusOr<ProgramDef> ParseProgramDefText(absl::string_view text, absl::string_view source_name);
+// `def` in text format (repeated numbers as lists), as ParseProgramDefText
+// reads it back.
+std::string ProgramDefToText(const ProgramDef& def);
+
+// Terse defs of the built-in functions (see Function's constructors).
+FunctionDef ElementwiseDef(std::string name, std::string op, const Shape& shape);
+FunctionDef ScaleDef(std::string name, const Shape& shape, float alpha);
+FunctionDef MatmulDef(std::string name, uint32_t m, uint32_t n, uint32_t k);
+FunctionDef RepeatedAddDef(std::string name, const Shape& shape, int count);
+
+// Conversions. FromDef refuses what the C++ type cannot hold (an enum value
+// out of range, a negative axis, an array axis >= kMaxDefRank, a mesh axis
+// other than 0 or 1); whether a sharding fits a shape and a mesh is checked
+// where both are known.
+ShardingDef ToDef(const Sharding& sharding);
+absl::StatusOr<Sharding> FromDef(const ShardingDef& def);
+DTypeDef ToDef(DType dtype);
+absl::StatusOr<DType> FromDef(DTypeDef def);
+
+}  // namespace causeway
+
+#endif  // CAUSEWAY_SCHEDULER_PROGRAM_DEF_H_

@@ -1,0 +1,320 @@
+// Values crossing islands: the inbox that matches arriving bytes with receive
+// steps, and programs split over two islands of one process joined by local
+// channels (send and receive steps in the gang order).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status.h"
+#include "scheduler/inbox.h"
+#include "scheduler/island.h"
+#include "scheduler/local_channel.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RandomFloats;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kRunTimeout = absl::Seconds(20);
+
+// Host-visible buffers standing in for receive staging.
+std::vector<Channel::Target> Targets(Accelerator* acc, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  std::vector<Channel::Target> targets;
+  for (auto [offset, size] : ranges) targets.push_back({offset, *acc->CreateStagingBuffer(size)});
+  return targets;
+}
+
+std::vector<uint8_t> Bytes(const Channel::Target& t) {
+  const uint8_t* p = static_cast<const uint8_t*>(t.staging->mapped());
+  return std::vector<uint8_t>(p, p + t.staging->size());
+}
+
+std::vector<uint8_t> Pattern(size_t n, int seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
+  return v;
+}
+
+// Tests that bytes arriving before and after the receive land in every target
+// that holds them, across ranges that straddle targets.
+TEST(InboxTest, EarlyAndLateBytesReachEveryTarget) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  const std::vector<uint8_t> value = Pattern(1000, 3);
+  for (bool early : {true, false}) {
+    Inbox inbox("test inbox");
+    // Two halves, and a replica of the whole.
+    auto targets = Targets(acc, {{0, 500}, {500, 500}, {0, 1000}});
+    Future<> done;
+    if (!early) done = inbox.Expect(7, 1000, targets);
+    // Sender pieces in thirds: the middle one straddles the two halves.
+    ASSERT_OK(inbox.Deliver(7, 0, 1000, value.data(), 333));
+    ASSERT_OK(inbox.Deliver(7, 666, 1000, value.data() + 666, 334));
+    if (!early) EXPECT_FALSE(done.IsReady());
+    ASSERT_OK(inbox.Deliver(7, 333, 1000, value.data() + 333, 333));
+    if (early) done = inbox.Expect(7, 1000, targets);
+    ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+    EXPECT_EQ(Bytes(targets[0]), std::vector<uint8_t>(value.begin(), value.begin() + 500));
+    EXPECT_EQ(Bytes(targets[1]), std::vector<uint8_t>(value.begin() + 500, value.end()));
+    EXPECT_EQ(Bytes(targets[2]), value);
+    EXPECT_EQ(inbox.pending(), 0u);
+  }
+}
+
+// Tests that ranges outside the value, a disagreeing total and too many bytes
+// are refused, and a failed run fails its receive whenever it comes.
+TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  Inbox inbox("channel 1 from island 'a'");
+  std::vector<uint8_t> bytes(64);
+  EXPECT_ERROR(inbox.Deliver(1, 60, 64, bytes.data(), 8), absl::StatusCode::kInvalidArgument, "8 bytes at offset 60",
+               "channel 1 from island 'a'");
+  EXPECT_ERROR(inbox.Deliver(1, UINT64_MAX - 2, 64, bytes.data(), 8), absl::StatusCode::kInvalidArgument);
+  EXPECT_ERROR(inbox.Deliver(1, 0, 64, bytes.data(), 0), absl::StatusCode::kInvalidArgument);
+  ASSERT_OK(inbox.Deliver(2, 0, 64, bytes.data(), 64));
+  EXPECT_ERROR(inbox.Deliver(2, 0, 64, bytes.data(), 1), absl::StatusCode::kInvalidArgument, "more than its 64");
+  ASSERT_OK(inbox.Deliver(3, 0, 64, bytes.data(), 8));
+  EXPECT_ERROR(inbox.Deliver(3, 8, 128, bytes.data(), 8), absl::StatusCode::kInvalidArgument, "128 bytes where 64");
+  // Failed before its receive: the receive fails at once.
+  inbox.Fail(4, absl::AbortedError("sender's run failed"));
+  EXPECT_ERROR(inbox.Expect(4, 64, Targets(acc, {{0, 64}})).AwaitStatus(absl::Now() + kRunTimeout),
+               absl::StatusCode::kAborted, "sender's run failed");
+  // Failed while it waits.
+  Future<> waiting = inbox.Expect(5, 64, Targets(acc, {{0, 64}}));
+  inbox.Fail(5, absl::UnavailableError("peer lost"));
+  EXPECT_ERROR(waiting.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "peer lost");
+  // Closed: what waits and what comes later fail.
+  Future<> waiting2 = inbox.Expect(6, 64, Targets(acc, {{0, 64}}));
+  inbox.Close(absl::UnavailableError("island 'a' lost"));
+  EXPECT_ERROR(waiting2.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "island 'a' lost");
+  EXPECT_ERROR(inbox.Expect(8, 64, Targets(acc, {{0, 64}})).AwaitStatus(absl::Now() + kRunTimeout),
+               absl::StatusCode::kUnavailable, "island 'a' lost");
+  EXPECT_ERROR(inbox.Deliver(9, 0, 64, bytes.data(), 64), absl::StatusCode::kUnavailable);
+}
+
+// Two islands in one process, each over a runtime of its own.
+struct TwoIslands {
+  std::unique_ptr<Runtime> rt_a, rt_b;
+  std::unique_ptr<Island> a, b;
+  std::shared_ptr<Client> ca, cb;
+  TwoIslands(int devices_a, int devices_b) {
+    rt_a = MakeRuntime(devices_a);
+    rt_b = MakeRuntime(devices_b);
+    IslandOptions oa, ob;
+    oa.name = "a";
+    ob.name = "b";
+    a = *Island::Create(rt_a.get(), oa);
+    b = *Island::Create(rt_b.get(), ob);
+    ca = *a->Connect("controller");
+    cb = *b->Connect("controller");
+  }
+  ~TwoIslands() {
+    ca->Close();
+    cb->Close();
+  }
+};
+
+ArrayRef UploadArray(Client& c, const std::shared_ptr<Mesh>& mesh, const Shape& shape, Sharding sharding,
+                     const std::vector<float>& host) {
+  ArrayRef x = *c.CreateArray(mesh, shape, DType::kF32, sharding);
+  EXPECT_OK(x->Upload(host.data(), host.size() * sizeof(float)));
+  return x;
+}
+
+std::vector<float> DownloadArray(const ArrayRef& a) {
+  std::vector<float> out(NumElements(a->shape()));
+  EXPECT_OK(a->Download(out.data(), out.size() * sizeof(float)));
+  return out;
+}
+
+// Tests a two-stage pipeline across islands with every sender/receiver
+// layout pair that channels take (replicated or split(0), meshes of 1-3
+// devices, pieces that straddle the receiver's shards), many runs in flight.
+TEST(CrossIslandTest, PipelineMatchesReferenceForEveryLayout) {
+  const int64_t n = 12 * 1024 + 12;  // divisible by 1, 2, 3 and 4
+  for (int ma : {1, 2}) {
+    for (int mb : {1, 3}) {
+      for (bool split_a : {false, true}) {
+        for (bool split_b : {false, true}) {
+          SCOPED_TRACE(absl::StrCat("a: ", ma, split_a ? " split" : " replicated", "; b: ", mb,
+                                    split_b ? " split" : " replicated"));
+          TwoIslands t(ma, mb);
+          auto mesh_a = *t.ca->AllocateMesh({ma});
+          auto mesh_b = *t.cb->AllocateMesh({mb});
+          const Sharding sa = split_a ? Sharding::Split(0) : Sharding::Replicated();
+          const Sharding sb = split_b ? Sharding::Split(0) : Sharding::Replicated();
+          auto channel = LocalChannel::Create("channel 1 from island 'a'");
+          auto scale = *Function::Scale({split_a ? n / ma : n}, 3.0f);
+          auto add = *Function::Elementwise("add", {split_b ? n / mb : n});
+
+          ProgramBuilder pa("stage-a");
+          pa.Parameter("x", mesh_a, {n}, DType::kF32, sa);
+          pa.Call("scale", scale, mesh_a, {"x"}, {"y"});
+          pa.Send("send-y", "y", channel);
+          ASSERT_OK_AND_ASSIGN(auto prog_a, pa.Build());
+          ProgramBuilder pb("stage-b");
+          pb.Parameter("z", mesh_b, {n}, DType::kF32, sb);
+          pb.Receive("recv-y", mesh_b, "y", {n}, DType::kF32, sb, channel);
+          pb.Call("add", add, mesh_b, {"y", "z"}, {"out"});
+          pb.Output("out");
+          ASSERT_OK_AND_ASSIGN(auto prog_b, pb.Build());
+          ASSERT_OK_AND_ASSIGN(auto exe_a, t.ca->Load(prog_a));
+          ASSERT_OK_AND_ASSIGN(auto exe_b, t.cb->Load(prog_b));
+
+          constexpr int kRuns = 6;
+          std::vector<std::vector<float>> xs, zs;
+          std::vector<Execution> runs_a, runs_b;
+          // Each receiving run is queued before its sender: its devices wait.
+          // (Both from one thread: with two runs in flight per executable,
+          // Execute blocks on the run before last.)
+          for (int r = 0; r < kRuns; ++r) {
+            zs.push_back(RandomFloats(n, 100 + r));
+            ArrayRef z = UploadArray(*t.cb, mesh_b, {n}, sb, zs.back());
+            ASSERT_OK_AND_ASSIGN(Execution run_b, t.cb->Execute(exe_b, {z}, {.tag = 1000 + r}));
+            runs_b.push_back(run_b);
+            xs.push_back(RandomFloats(n, r));
+            ArrayRef x = UploadArray(*t.ca, mesh_a, {n}, sa, xs.back());
+            ASSERT_OK_AND_ASSIGN(Execution run_a, t.ca->Execute(exe_a, {x}, {.tag = 1000 + r}));
+            runs_a.push_back(run_a);
+          }
+          for (int r = 0; r < kRuns; ++r) {
+            ASSERT_OK(runs_a[r].Await(absl::Now() + kRunTimeout));
+            ASSERT_OK(runs_b[r].Await(absl::Now() + kRunTimeout));
+            std::vector<float> got = DownloadArray(runs_b[r].outputs[0]);
+            for (int64_t i = 0; i < n; ++i) {
+              ASSERT_EQ(got[i], xs[r][i] * 3.0f + zs[r][i]) << "run " << r << " element " << i;
+            }
+          }
+          EXPECT_EQ(channel->inbox().pending(), 0u);
+        }
+      }
+    }
+  }
+}
+
+// Tests that two islands exchanging values both ways in every run (data
+// parallelism across islands) never deadlock: each sends before it receives
+// in its gang order, with 16 runs in flight.
+TEST(CrossIslandTest, ExchangeBothWaysDoesNotDeadlock) {
+  const int64_t n = 4096;
+  TwoIslands t(2, 2);
+  auto mesh_a = *t.ca->AllocateMesh({2});
+  auto mesh_b = *t.cb->AllocateMesh({2});
+  auto a_to_b = LocalChannel::Create("a->b");
+  auto b_to_a = LocalChannel::Create("b->a");
+  auto scale = *Function::Scale({n / 2}, 2.0f);
+  auto add = *Function::Elementwise("add", {n / 2});
+  std::vector<std::shared_ptr<Executable>> exes;
+  for (int side = 0; side < 2; ++side) {
+    auto mesh = side == 0 ? mesh_a : mesh_b;
+    ProgramBuilder b(side == 0 ? "a" : "b");
+    b.Parameter("g", mesh, {n}, DType::kF32, Sharding::Split(0));
+    b.Call("local", scale, mesh, {"g"}, {"mine"});
+    // Added first, to show that the builder's order puts the receive where
+    // it was added, not where it became ready.
+    b.Send("send", "mine", side == 0 ? a_to_b : b_to_a);
+    b.Receive("recv", mesh, "theirs", {n}, DType::kF32, Sharding::Split(0), side == 0 ? b_to_a : a_to_b);
+    b.Call("sum", add, mesh, {"mine", "theirs"}, {"total"});
+    b.Output("total");
+    ASSERT_OK_AND_ASSIGN(auto prog, b.Build());
+    // The send precedes the receive in the dispatch order.
+    ASSERT_EQ(prog->steps()[1].kind, ProgramStep::kSend) << prog->DebugString();
+    ASSERT_EQ(prog->steps()[2].kind, ProgramStep::kReceive) << prog->DebugString();
+    exes.push_back(*(side == 0 ? t.ca : t.cb)->Load(prog));
+  }
+  constexpr int kRuns = 16;
+  std::vector<std::vector<float>> ga, gb;
+  std::vector<Execution> ra, rb;
+  std::thread other([&] {
+    for (int r = 0; r < kRuns; ++r) {
+      ArrayRef g = UploadArray(*t.cb, mesh_b, {n}, Sharding::Split(0), RandomFloats(n, 500 + r));
+      rb.push_back(*t.cb->Execute(exes[1], {g}));
+    }
+  });
+  for (int r = 0; r < kRuns; ++r) {
+    ga.push_back(RandomFloats(n, r));
+    gb.push_back(RandomFloats(n, 500 + r));
+    ArrayRef g = UploadArray(*t.ca, mesh_a, {n}, Sharding::Split(0), ga.back());
+    ra.push_back(*t.ca->Execute(exes[0], {g}));
+  }
+  other.join();
+  for (int r = 0; r < kRuns; ++r) {
+    ASSERT_OK(ra[r].Await(absl::Now() + kRunTimeout));
+    ASSERT_OK(rb[r].Await(absl::Now() + kRunTimeout));
+    std::vector<float> got_a = DownloadArray(ra[r].outputs[0]), got_b = DownloadArray(rb[r].outputs[0]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = 2.0f * ga[r][i] + 2.0f * gb[r][i];
+      ASSERT_EQ(got_a[i], want) << "run " << r << " element " << i;
+      ASSERT_EQ(got_b[i], want) << "run " << r << " element " << i;
+    }
+  }
+}
+
+// Tests that a lost sender fails the receiving runs with its status instead
+// of hanging their devices, and that the receiving island keeps working.
+TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
+  const int64_t n = 1024;
+  TwoIslands t(1, 1);
+  auto mesh_b = *t.cb->AllocateMesh({1});
+  auto channel = LocalChannel::Create("channel 1 from island 'a'");
+  auto add = *Function::Elementwise("add", {n});
+  ProgramBuilder pb("stage-b");
+  pb.Receive("recv", mesh_b, "y", {n}, DType::kF32, Sharding::Replicated(), channel);
+  pb.Call("add", add, mesh_b, {"y", "y"}, {"out"});
+  pb.Output("out");
+  auto exe = *t.cb->Load(*pb.Build());
+  std::vector<Execution> runs;
+  for (int r = 0; r < 2; ++r) runs.push_back(*t.cb->Execute(exe, {}));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(runs[0].state->Await(absl::Now()).ok());  // still waiting
+  channel->Close(absl::UnavailableError("island 'a' (127.0.0.1:7001) was silent for 5s"));
+  for (auto& run : runs) {
+    EXPECT_ERROR(run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "island 'a'");
+  }
+  // The island still runs other programs on the same device.
+  auto scale = *Function::Scale({n}, 2.0f);
+  ProgramBuilder other("other");
+  other.Parameter("x", mesh_b, {n}, DType::kF32);
+  other.Call("scale", scale, mesh_b, {"x"}, {"y"});
+  other.Output("y");
+  auto exe2 = *t.cb->Load(*other.Build());
+  std::vector<float> x = RandomFloats(n, 1);
+  ArrayRef xa = UploadArray(*t.cb, mesh_b, {n}, Sharding::Replicated(), x);
+  ASSERT_OK_AND_ASSIGN(Execution run, t.cb->Execute(exe2, {xa}));
+  ASSERT_OK(run.Await(absl::Now() + kRunTimeout));
+  std::vector<float> got = DownloadArray(run.outputs[0]);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 2.0f * x[i]);
+}
+
+// Tests that a value crossing islands must have contiguous shards, and that
+// send and receive nodes need a channel.
+TEST(CrossIslandTest, BuilderRefusesWhatCannotCross) {
+  TwoIslands t(2, 1);
+  auto mesh = *t.ca->AllocateMesh({2});
+  auto channel = LocalChannel::Create("c");
+  auto scale = *Function::Scale({8, 2}, 2.0f);
+  ProgramBuilder b("bad");
+  b.Parameter("x", mesh, {8, 4}, DType::kF32, Sharding::Split(1));
+  b.Call("scale", scale, mesh, {"x"}, {"y"});
+  b.Send("send", "y", channel);
+  EXPECT_ERROR(b.Build().status(), absl::StatusCode::kInvalidArgument, "node 'send'", "split(axis 1",
+               "replicated or split along array axis 0");
+  ProgramBuilder c("no-channel");
+  c.Receive("recv", mesh, "y", {8}, DType::kF32, Sharding::Replicated(), nullptr);
+  c.Output("y");
+  EXPECT_ERROR(c.Build().status(), absl::StatusCode::kInvalidArgument, "node 'recv'", "no channel");
+}
+
+}  // namespace
+}  // namespace causeway
