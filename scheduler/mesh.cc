@@ -14,10 +14,17 @@ int Mesh::Coordinate(int i, int axis) const {
 }
 
 std::string Mesh::DebugString() const {
+  const std::string head = absl::StrCat("mesh ", id_, " [", absl::StrJoin(dims_, "x"), "]");
   std::vector<int> ids;
-  for (Accelerator* a : devices_) ids.push_back(a->index());
-  return absl::StrCat("mesh ", id_, " [", absl::StrJoin(dims_, "x"), "] on accelerators ", absl::StrJoin(ids, ","));
+  for (Accelerator* a : devices_) {
+    // A virtual mesh (null devices) stands for a mesh of an island that is
+    // not here, e.g. to type a program on a controller with no accelerators.
+    if (a == nullptr) return absl::StrCat(head, " on no accelerators (virtual)");
+    ids.push_back(a->index());
+  }
+  return absl::StrCat(head, " on accelerators ", absl::StrJoin(ids, ","));
 }
+
 
 ResourceManager::ResourceManager(std::string island, std::vector<Accelerator*> accelerators)
     : island_(std::move(island)), accelerators_(std::move(accelerators)) {

@@ -409,7 +409,8 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
-    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes) {
+    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes,
+    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels) {
   RETURN_IF_ERROR(CheckName("program", def.name()));
   const std::string program = absl::StrCat("program '", def.name(), "'");
   RETURN_IF_ERROR(CheckCount(program, "meshes", def.meshes().size(), kMaxDefMeshes));
@@ -466,6 +467,22 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
                      "' (the program's meshes: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")");
     }
     return it->second;
+  };
+
+  auto find_channel = [&](absl::string_view what, uint64_t id) -> absl::StatusOr<std::shared_ptr<Channel>> {
+    auto it = channels.find(id);
+    if (it != channels.end() && it->second != nullptr) return it->second;
+    std::vector<uint64_t> ids;
+    for (const auto& [given, channel] : channels) {
+      if (channel != nullptr) ids.push_back(given);
+    }
+    std::sort(ids.begin(), ids.end());
+    constexpr size_t kShown = 16;  // of a list that may be long
+    std::string shown =
+        ids.empty() ? "none" : absl::StrJoin(ids.begin(), ids.begin() + std::min(ids.size(), kShown), ", ");
+    if (ids.size() > kShown) absl::StrAppend(&shown, ", ... (", ids.size(), " in all)");
+    return Invalid(what, ": channel ", id, " is not one of the channels given to load it (given: ", shown,
+                   ")");
   };
 
   absl::flat_hash_map<std::string, std::shared_ptr<const Function>> functions;
@@ -537,9 +554,32 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
         b.Reshard(n.name(), std::move(mesh), r.input(), r.output(), sharding);
         break;
       }
+      case NodeDef::kSend: {
+        const SendDef& sd = n.send();
+        RETURN_IF_ERROR(CheckRef(what, "input value", sd.input()));
+        ASSIGN_OR_RETURN(std::shared_ptr<Channel> channel, find_channel(what, sd.channel()));
+        b.Send(n.name(), sd.input(), std::move(channel));
+        break;
+      }
+      case NodeDef::kReceive: {
+        const ReceiveDef& r = n.receive();
+        ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, find_mesh(what, r.mesh()));
+        RETURN_IF_ERROR(CheckRef(what, "output value", r.output()));
+        ASSIGN_OR_RETURN(Shape shape, ShapeFromDef(what, r.shape()));
+        if (shape.empty()) {
+          return Invalid(what, ": receives a shape of rank 0 (expected rank 1..", kMaxDefRank, ")");
+        }
+        ASSIGN_OR_RETURN(DType dtype, DTypeFromDef(what, r.dtype()));
+        ASSIGN_OR_RETURN(Sharding sharding, ShardingFromDef(what, r.sharding()));
+        ASSIGN_OR_RETURN(std::shared_ptr<Channel> channel, find_channel(what, r.channel()));
+        b.Receive(n.name(), std::move(mesh), r.output(), std::move(shape), dtype, sharding,
+                  std::move(channel));
+        break;
+      }
       case NodeDef::KIND_NOT_SET:
         return Invalid(what,
-                       ": no kind, or one this build does not know (expected call, collective or reshard)");
+                       ": no kind, or one this build does not know (expected call, collective, reshard, "
+                       "send or receive)");
     }
   }
   for (const std::string& out : def.outputs()) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/array.h"
+#include "scheduler/channel.h"
 #include "scheduler/dtype.h"
 #include "scheduler/function.h"
 #include "scheduler/mesh.h"
@@ -64,6 +65,9 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 // def's MeshDef names to a mesh of the same dims (the loading client's). The
 // def's functions are made once each and shared by the nodes that call them;
 // ProgramBuilder then validates and lowers (its errors name the node).
+// `channels` binds the channel ids of the def's send and receive nodes (a
+// part of a program split over islands, scheduler/split.h) to the channels
+// that carry them; an id it lacks is InvalidArgument naming the node.
 //
 // Example:
 //   ASSIGN_OR_RETURN(ProgramDef def, ParseProgramDefText(text, "program.txt"));
@@ -71,7 +75,8 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 //   ASSIGN_OR_RETURN(auto program, BuildProgram(def, {{"m", mesh}}));
 //   ASSIGN_OR_RETURN(auto exe, client->Load(program));
 absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
-    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes);
+    const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes,
+    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels = {});
 
 // Parses a ProgramDef in protobuf text format. InvalidArgument carrying the
 // parser's errors, each as "<source_name>:<line>:<column>: <reason>" (1-based),

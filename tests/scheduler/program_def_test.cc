@@ -1,7 +1,8 @@
 // Programs as data: a program built from a ProgramDef (made in C++, or parsed
 // from a text file) runs bit for bit like the same program built with
 // ProgramBuilder and matches a CPU reference; custom functions from SPIR-V
-// bytes and built-in kernel names run; text round-trips; malformed text and
+// bytes and built-in kernel names run; send and receive nodes bind to the
+// channels given by id; text round-trips; malformed text and
 // defs give errors that name the offender; random mutations of a serialized
 // def never crash BuildProgram.
 #include "scheduler/program_def.h"
@@ -29,6 +30,7 @@
 #include "runtime/builtin_kernels.h"
 #include "runtime/reference.h"
 #include "scheduler/island.h"
+#include "scheduler/local_channel.h"
 #include "shaders/builtin_shaders.h"
 #include "tests/testing/test_support.h"
 
@@ -422,6 +424,113 @@ TEST_F(ProgramDefTest, TextParsesRunsAndRoundTrips) {
     EXPECT_TRUE(differ.Compare(back, def)) << diff << "\n" << text;
   }
   EXPECT_THAT(ProgramDefToText(PipelineDef()), HasSubstr("shape: [8, 16]"));
+}
+
+// One end of each kind: y arrives over channel 9 split by rows, z = 2 y
+// leaves over channel 7 and is the output too.
+constexpr char kEndsText[] = R"text(
+  name: "ends"
+  meshes { name: "a" dims: 2 }
+  functions { name: "double" scale { shape: [8] alpha: 2 } }
+  nodes { name: "recv" receive { mesh: "a" output: "y" shape: [16] sharding { split {} } channel: 9 } }
+  nodes { name: "double" call { function: "double" mesh: "a" inputs: "y" outputs: "z" } }
+  nodes { name: "send" send { input: "z" channel: 7 } }
+  outputs: "z"
+)text";
+
+// Tests that send and receive nodes of a def bind to the channels given by
+// id and run: bytes delivered into channel 9 for a run's tag come out of
+// channel 7 doubled (CPU reference), and as the output; the text round-trips.
+TEST_F(ProgramDefTest, SendAndReceiveNodesUseTheGivenChannels) {
+  ASSERT_OK_AND_ASSIGN(ProgramDef def, ParseProgramDefText(kEndsText, "ends.txt"));
+  ASSERT_OK_AND_ASSIGN(ProgramDef back, ParseProgramDefText(ProgramDefToText(def), "back.txt"));
+  EXPECT_TRUE(MessageDifferencer::Equals(back, def)) << ProgramDefToText(def);
+  auto in = LocalChannel::Create("channel 9 from island 'x'");
+  auto out = LocalChannel::Create("channel 7 to island 'y'");
+  ASSERT_OK_AND_ASSIGN(auto program, BuildProgram(def, meshes_, {{9, in}, {7, out}, {8, nullptr}}));
+  ASSERT_EQ(program->steps().size(), 3u) << program->DebugString();
+  EXPECT_EQ(program->steps()[0].kind, ProgramStep::kReceive);
+  EXPECT_EQ(program->steps()[0].channel, in);
+  EXPECT_EQ(program->steps()[0].mesh, a_);
+  EXPECT_EQ(program->steps()[2].kind, ProgramStep::kSend);
+  EXPECT_EQ(program->steps()[2].channel, out);
+  const ProgramValue& y = program->values()[program->FindValue("y")];
+  EXPECT_EQ(y.shape, (Shape{16}));
+  EXPECT_EQ(y.sharding, Sharding::Split(0));
+
+  ASSERT_OK_AND_ASSIGN(auto exe, client_->Load(program));
+  const std::vector<float> host = reference::RandomFloats(16, 5);
+  ASSERT_OK_AND_ASSIGN(auto staging, runtime_->accelerator(0)->CreateStagingBuffer(16 * sizeof(float)));
+  Future<> sent = out->inbox().Expect(42, 16 * sizeof(float), {{0, staging}});
+  ASSERT_OK_AND_ASSIGN(Execution run, client_->Execute(exe, {}, {.tag = 42}));
+  ASSERT_OK(in->inbox().Deliver(42, 0, 16 * sizeof(float), host.data(), 16 * sizeof(float)));
+  ASSERT_OK(run.Await(absl::Now() + kRunTimeout));
+  ASSERT_OK(sent.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(16), output(16);
+  std::memcpy(got.data(), staging->mapped(), got.size() * sizeof(float));
+  ASSERT_OK(run.outputs[0]->Download(output.data(), output.size() * sizeof(float)));
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(got[i], 2.0f * host[i]) << i;
+    EXPECT_EQ(output[i], 2.0f * host[i]) << i;
+  }
+}
+
+// Tests that send and receive nodes are checked like the others: a channel
+// id not given (or given as null), a receive of rank 0, of a bad dtype, of a
+// layout a channel cannot carry, on an unknown mesh, with no output, and a
+// send of nothing are refused with InvalidArgument naming the node.
+TEST_F(ProgramDefTest, InvalidSendAndReceiveNodesNameTheNode) {
+  ASSERT_OK_AND_ASSIGN(const ProgramDef base, ParseProgramDefText(kEndsText, "ends.txt"));
+  auto channel = LocalChannel::Create("c");
+  const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>> channels = {{9, channel}, {7, channel}};
+  auto recv = [](ProgramDef& d) { return d.mutable_nodes(0)->mutable_receive(); };
+  auto send = [](ProgramDef& d) { return d.mutable_nodes(2)->mutable_send(); };
+  struct Case {
+    std::string what;
+    std::function<void(ProgramDef&)> mutate;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {"unknown receive channel",
+       [&](ProgramDef& d) { recv(d)->set_channel(3); },
+       {"node 'recv': channel 3 is not one of the channels", "given: 7, 9"}},
+      {"unknown send channel",
+       [&](ProgramDef& d) { send(d)->set_channel(12345678901234ull); },
+       {"node 'send': channel 12345678901234"}},
+      {"rank 0", [&](ProgramDef& d) { recv(d)->clear_shape(); }, {"node 'recv'", "rank 0"}},
+      {"negative dim",
+       [&](ProgramDef& d) { recv(d)->set_shape(0, -4); },
+       {"node 'recv'", "dimension 0 = -4"}},
+      {"dtype",
+       [&](ProgramDef& d) { recv(d)->set_dtype(static_cast<DTypeDef>(5)); },
+       {"node 'recv'", "dtype 5"}},
+      {"layout",
+       [&](ProgramDef& d) {
+         recv(d)->add_shape(2);
+         recv(d)->mutable_sharding()->mutable_split()->set_array_axis(1);
+       },
+       {"node 'recv'", "replicated or split along array axis 0"}},
+      {"unknown mesh",
+       [&](ProgramDef& d) { recv(d)->set_mesh("nowhere"); },
+       {"node 'recv'", "unknown mesh 'nowhere'"}},
+      {"no output",
+       [&](ProgramDef& d) { recv(d)->clear_output(); },
+       {"node 'recv'", "no output value named"}},
+      {"no input", [&](ProgramDef& d) { send(d)->clear_input(); }, {"node 'send'", "no input value named"}},
+      {"unknown input", [&](ProgramDef& d) { send(d)->set_input("ghost"); }, {"node 'send' reads 'ghost'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ProgramDef def = base;
+    c.mutate(def);
+    EXPECT_ERROR(BuildProgram(def, meshes_, channels).status(), absl::StatusCode::kInvalidArgument, c.want);
+  }
+  // Without channels, or with the id bound to null.
+  EXPECT_ERROR(BuildProgram(base, meshes_).status(), absl::StatusCode::kInvalidArgument,
+               "node 'recv': channel 9 is not one of the channels", "given: none");
+  EXPECT_ERROR(BuildProgram(base, meshes_, {{9, nullptr}, {7, channel}}).status(),
+               absl::StatusCode::kInvalidArgument, "node 'recv': channel 9", "given: 7)");
+  EXPECT_OK(BuildProgram(base, meshes_, channels).status());
 }
 
 // Tests that malformed text is refused with the source name, the 1-based line
