@@ -72,6 +72,8 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   return static_cast<uint64_t>(bytes);
 }
 
+bool Buffer::host_coherent() const { return block_->host_coherent; }
+
 void* Buffer::mapped() const {
   return block_->mapped == nullptr ? nullptr : static_cast<char*>(block_->mapped) + offset_;
 }
@@ -207,6 +209,7 @@ absl::StatusOr<MemoryBlock*> MemoryPool::NewBlock(uint64_t size, uint32_t type_b
       vkFreeMemory(device_->handle(), block->memory, nullptr);
       return s;
     }
+    block->host_coherent = (info.memory_types[type].flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
   }
   reserved_ += size;
   blocks_.push_back(std::move(block));

@@ -40,6 +40,7 @@ struct MemoryBlock {
   uint64_t size = 0;
   uint32_t type_index = 0;
   bool exportable = false;
+  bool host_coherent = false;  // mapped, and host access needs no flush or invalidate
   bool dedicated = false;  // made for one buffer over half a standard block
   bool spare = false;      // dedicated, empty, kept for the next buffer that fits
   void* mapped = nullptr;  // for host-visible kinds
@@ -63,6 +64,10 @@ class Buffer {
   VkBuffer handle() const { return buffer_; }
   // Host pointer to the bytes, for host-visible memory; null otherwise.
   void* mapped() const;
+  // Whether the host may read and write the bytes through mapped() with no
+  // flush or invalidate: staging memory, and device memory too on lavapipe
+  // and unified-memory GPUs.
+  bool host_coherent() const;
   const MemoryBlock* block() const { return block_; }
   uint64_t block_offset() const { return offset_; }
   uint64_t reserved_size() const { return reserved_; }

@@ -1,5 +1,7 @@
 #include "scheduler/array.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -138,7 +140,12 @@ void Array::EndWrite(std::vector<Future<>> futures) {
 
 void Array::AddReader(int device, Future<> reader) {
   absl::MutexLock lock(&mu_);
-  readers_[device].push_back(std::move(reader));
+  // Reads already done need no waiting for: keep the list as long as the
+  // reads in flight.
+  auto& readers = readers_[device];
+  readers.erase(std::remove_if(readers.begin(), readers.end(), [](const Future<>& f) { return f.IsReady(); }),
+                readers.end());
+  readers.push_back(std::move(reader));
 }
 
 std::vector<Future<>> Array::TakeReaders(int device) {

@@ -166,13 +166,18 @@ absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRe
                                     size_t s, int d) const {
   const ProgramStep& step = program_->steps()[s];
   if (step.kind == ProgramStep::kCollective) return RecordCollective(list, values, inst, s, d);
+  // A shard the host can read and write directly (device memory on lavapipe
+  // and unified-memory GPUs) is sent from and received into as it is; others
+  // go through host-visible staging.
   if (step.kind == ProgramStep::kSend) {
     if (inst.scratch[s][d].empty()) return absl::OkStatus();  // another device sends this shard
     ASSIGN_OR_RETURN(auto src, values[step.inputs[0]]->shard(d));
+    if (src->host_coherent()) return absl::OkStatus();
     return list.Copy(BufferArg(src), BufferArg(inst.scratch[s][d][0]));
   }
   if (step.kind == ProgramStep::kReceive) {
     ASSIGN_OR_RETURN(auto dst, values[step.outputs[0]]->shard(d));
+    if (dst->host_coherent()) return absl::OkStatus();
     return list.Copy(BufferArg(inst.scratch[s][d][0]), BufferArg(dst));
   }
   if (step.kind == ProgramStep::kTransfer) {
@@ -374,7 +379,9 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     const Array& value = *run.values_[head.outputs[0]];
     std::vector<Channel::Target> targets;
     for (int d = 0; d < mesh.size(); ++d) {
-      targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(), inst->scratch[first][d][0]});
+      ASSIGN_OR_RETURN(auto shard, value.shard(d));
+      targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
+                         shard->host_coherent() ? shard : inst->scratch[first][d][0]});
     }
     arrived = head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets));
   }
@@ -416,9 +423,19 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     Future<> f = acc->Submit(list, waits, {on_device_time});
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind != ProgramStep::kSend || inst->scratch[s][d].empty()) continue;
-      const Array& value = *run.values_[steps[s].inputs[0]];
-      sends.push_back(steps[s].channel->Send(run.tag_, static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
-                                             value.shard_bytes() * value.shard_count(), inst->scratch[s][d][0], f));
+      Array& value = *run.values_[steps[s].inputs[0]];
+      ASSIGN_OR_RETURN(auto shard, value.shard(d));
+      Future<> sent = steps[s].channel->Send(run.tag_, static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
+                                             value.shard_bytes() * value.shard_count(),
+                                             shard->host_coherent() ? shard : inst->scratch[s][d][0], f);
+      // Sent straight from a client's array: its next upload waits for the
+      // send. (An intermediate is rewritten only by a later run of its
+      // instance, which waits for this run, sends included.)
+      if (shard->host_coherent() &&
+          program_->values()[steps[s].inputs[0]].kind == ProgramValue::kParameter) {
+        value.AddReader(d, sent);
+      }
+      sends.push_back(std::move(sent));
     }
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind == ProgramStep::kCall || steps[s].kind == ProgramStep::kReceive ||

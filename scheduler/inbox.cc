@@ -73,7 +73,8 @@ Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target
     future = run.done->future();
     if (run.failed.ok() && !run.early.empty()) {
       Place(run, 0, run.early.data(), run.total);
-      std::vector<uint8_t>().swap(run.early);
+      // Writers still filling parts of it place those parts at their End.
+      if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
     }
     Settle(tag, run, &done);
   }
@@ -142,6 +143,7 @@ void Inbox::End(const Slot& slot, absl::Status status) {
       run->open.erase(it);
       if (!status.ok() && run->failed.ok()) run->failed = status;
       if (run->failed.ok() && run->expected) Place(*run, range.offset, range.data, range.length);
+      if (run->expected && run->open.empty()) std::vector<uint8_t>().swap(run->early);
       Settle(tag, *run, &done);
       break;
     }
@@ -164,7 +166,7 @@ void Inbox::Fail(uint64_t tag, const absl::Status& status) {
     auto& slot = runs_[tag];
     if (slot == nullptr) slot = std::make_unique<Run>();
     if (slot->failed.ok()) slot->failed = status;
-    std::vector<uint8_t>().swap(slot->early);
+    if (slot->open.empty()) std::vector<uint8_t>().swap(slot->early);
     Settle(tag, *slot, &done);
   }
   for (auto& [promise, s] : done) promise->Set(s);
@@ -180,7 +182,7 @@ void Inbox::Close(const absl::Status& status) {
     for (uint64_t tag : tags) {
       Run& run = *runs_[tag];
       if (run.failed.ok()) run.failed = closed_;
-      std::vector<uint8_t>().swap(run.early);
+      if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
       if (run.expected) {
         Settle(tag, run, &done);
       } else if (run.open.empty()) {

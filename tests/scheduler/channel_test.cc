@@ -71,6 +71,25 @@ TEST(InboxTest, EarlyAndLateBytesReachEveryTarget) {
   }
 }
 
+// Tests that a receive dispatched while bytes are still being written into
+// the inbox's own memory (they began before it) gets them once written.
+TEST(InboxTest, ReceiveArrivingMidWriteGetsTheBytes) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  const std::vector<uint8_t> value = Pattern(4096, 9);
+  Inbox inbox("test inbox");
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot first, inbox.Begin(3, 0, 2048, 4096));
+  auto targets = Targets(acc, {{0, 4096}});
+  Future<> done = inbox.Expect(3, 4096, targets);  // while `first` is open
+  std::memcpy(first.data, value.data(), 2048);     // the writer goes on
+  inbox.End(first);
+  EXPECT_FALSE(done.IsReady());
+  ASSERT_OK(inbox.Deliver(3, 2048, 4096, value.data() + 2048, 2048));
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(targets[0]), value);
+  EXPECT_EQ(inbox.pending(), 0u);
+}
+
 // Tests that ranges outside the value, a disagreeing total and too many bytes
 // are refused, and a failed run fails its receive whenever it comes.
 TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
