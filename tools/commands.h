@@ -11,6 +11,7 @@ namespace causeway::cli {
 int DevicesCommand(const std::vector<std::string>& args);
 int DemoCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
+int IslandCommand(const std::vector<std::string>& args);
 
 }  // namespace causeway::cli
 

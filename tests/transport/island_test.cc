@@ -1,0 +1,508 @@
+// Island servers in processes of their own, driven by a controller over
+// loopback: programs over two islands against the same program in one
+// process, islands killed and stopped mid-program, secrets.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/reference.h"
+#include "runtime/status.h"
+#include "scheduler/island.h"
+#include "scheduler/program_def.h"
+#include "scheduler/program_def.pb.h"
+#include "tests/testing/test_support.h"
+#include "transport/controller.h"
+#include "transport/frame.h"
+#include "transport/socket.h"
+#include "transport/island_process.h"
+
+namespace causeway::transport {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RandomFloats;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kRunTimeout = absl::Seconds(30);
+
+// An island server process (`causeway island`) on this machine's CPU driver
+// with validation on, or a failed test.
+std::unique_ptr<IslandProcess> StartIsland(const std::string& name, int accelerators,
+                                           std::vector<std::string> extra = {}, const char* secret = nullptr) {
+  std::vector<std::string> args = {"--device=cpu", absl::StrCat("--accelerators=", accelerators), "--validation"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<std::string> env;
+  if (secret != nullptr) env.push_back(absl::StrCat("CAUSEWAY_SECRET=", secret));
+  auto p = IslandProcess::Start(CAUSEWAY_CLI, name, args, env);
+  if (!p.ok()) {
+    ADD_FAILURE() << p.status();
+    return nullptr;
+  }
+  return *std::move(p);
+}
+
+void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape,
+                  Sharding sharding) {
+  ParameterDef* p = def.add_parameters();
+  p->set_value(value);
+  p->set_mesh(mesh);
+  p->mutable_shape()->Add(shape.begin(), shape.end());
+  if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
+}
+
+void AddCall(ProgramDef& def, const std::string& node, const std::string& function, const std::string& mesh,
+             std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  NodeDef* n = def.add_nodes();
+  n->set_name(node);
+  CallDef* c = n->mutable_call();
+  c->set_function(function);
+  c->set_mesh(mesh);
+  for (auto& in : inputs) c->add_inputs(in);
+  for (auto& out : outputs) c->add_outputs(out);
+}
+
+// A pipeline over meshes "a" and "b" of two devices each:
+//   s = x + y, t = s / 2       on a, split by rows
+//   u = t w, out = u + u       on b, t replicated there (it crosses over)
+constexpr int kRows = 64, kCols = 64;
+ProgramDef PipelineDef() {
+  ProgramDef def;
+  def.set_name("pipeline");
+  for (const char* name : {"a", "b"}) {
+    MeshDef* m = def.add_meshes();
+    m->set_name(name);
+    m->add_dims(2);
+  }
+  *def.add_functions() = ElementwiseDef("add-half", "add", {kRows / 2, kCols});
+  *def.add_functions() = ScaleDef("half", {kRows / 2, kCols}, 0.5f);
+  *def.add_functions() = MatmulDef("mm", kRows, kCols, kCols);
+  *def.add_functions() = ElementwiseDef("add-full", "add", {kRows, kCols});
+  AddParameter(def, "x", "a", {kRows, kCols}, Sharding::Split(0));
+  AddParameter(def, "y", "a", {kRows, kCols}, Sharding::Split(0));
+  AddParameter(def, "w", "b", {kCols, kCols}, Sharding::Replicated());
+  AddCall(def, "sum", "add-half", "a", {"x", "y"}, {"s"});
+  AddCall(def, "halve", "half", "a", {"s"}, {"t"});
+  AddCall(def, "matmul", "mm", "b", {"t", "w"}, {"u"});
+  AddCall(def, "double", "add-full", "b", {"u", "u"}, {"out"});
+  def.add_outputs("out");
+  return def;
+}
+
+struct Inputs {
+  std::vector<float> x, y, w;
+};
+Inputs MakeInputs(int seed) {
+  return {RandomFloats(kRows * kCols, seed), RandomFloats(kRows * kCols, seed + 1),
+          RandomFloats(kCols * kCols, seed + 2)};
+}
+
+// The same program on one island of this process (four accelerators).
+std::vector<float> RunInOneProcess(const ProgramDef& def, const Inputs& in) {
+  auto rt = MakeRuntime(4);
+  auto island = *Island::Create(rt.get());
+  auto client = *island->Connect("local");
+  auto a = *client->AllocateMesh({2});
+  auto b = *client->AllocateMesh({2});
+  auto program = BuildProgram(def, {{"a", a}, {"b", b}});
+  EXPECT_TRUE(program.ok()) << program.status();
+  auto exe = *client->Load(*program);
+  auto x = *client->CreateArray(a, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  auto y = *client->CreateArray(a, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  auto w = *client->CreateArray(b, {kCols, kCols}, DType::kF32);
+  EXPECT_OK(x->Upload(in.x.data(), in.x.size() * 4));
+  EXPECT_OK(y->Upload(in.y.data(), in.y.size() * 4));
+  EXPECT_OK(w->Upload(in.w.data(), in.w.size() * 4));
+  auto run = *client->Execute(exe, {x, y, w});
+  EXPECT_OK(run.Await(absl::Now() + kRunTimeout));
+  std::vector<float> out(kRows * kCols);
+  EXPECT_OK(run.outputs[0]->Download(out.data(), out.size() * 4));
+  client->Close();
+  return out;
+}
+
+std::vector<float> Reference(const Inputs& in) {
+  std::vector<float> t(kRows * kCols);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = (in.x[i] + in.y[i]) * 0.5f;
+  std::vector<float> u = reference::Matmul(t, in.w, kRows, kCols, kCols);
+  for (float& v : u) v = v + v;
+  return u;
+}
+
+struct Cluster {
+  std::unique_ptr<IslandProcess> a, b;
+  std::unique_ptr<Controller> controller;
+  RemoteMesh ma, mb;
+  std::shared_ptr<RemoteProgram> program;
+};
+
+Cluster StartCluster(std::vector<std::string> extra = {}, ControllerOptions options = {}) {
+  Cluster c;
+  c.a = StartIsland("isl-a", 2, extra);
+  c.b = StartIsland("isl-b", 2, extra);
+  if (c.a == nullptr || c.b == nullptr) return c;
+  auto controller = Controller::Connect({c.a->address(), c.b->address()}, options);
+  EXPECT_TRUE(controller.ok()) << controller.status();
+  if (!controller.ok()) return c;
+  c.controller = *std::move(controller);
+  c.ma = *c.controller->AllocateMesh(0, {2});
+  c.mb = *c.controller->AllocateMesh(1, {2});
+  auto program = c.controller->Load(PipelineDef(), {{"a", c.ma}, {"b", c.mb}});
+  EXPECT_TRUE(program.ok()) << program.status();
+  if (program.ok()) c.program = *program;
+  return c;
+}
+
+struct RemoteInputs {
+  RemoteArray x, y, w;
+};
+RemoteInputs Upload(Cluster& c, const Inputs& in) {
+  RemoteInputs r;
+  r.x = *c.controller->CreateArray(c.ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  r.y = *c.controller->CreateArray(c.ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  r.w = *c.controller->CreateArray(c.mb, {kCols, kCols}, DType::kF32);
+  EXPECT_OK(c.controller->Upload(r.x, in.x.data(), in.x.size() * 4));
+  EXPECT_OK(c.controller->Upload(r.y, in.y.data(), in.y.size() * 4));
+  EXPECT_OK(c.controller->Upload(r.w, in.w.data(), in.w.size() * 4));
+  return r;
+}
+
+// Tests that a program over two island processes gives, run after run with
+// several in flight, the same bits as the same program in one process, and
+// the CPU reference's values.
+TEST(IslandServerTest, TwoIslandProgramMatchesOneProcess) {
+  Cluster c = StartCluster();
+  ASSERT_NE(c.program, nullptr);
+  EXPECT_EQ(c.controller->island_name(0), "isl-a");
+  EXPECT_EQ(c.controller->island_name(1), "isl-b");
+  constexpr int kRuns = 6;
+  std::vector<Inputs> inputs;
+  std::vector<RemoteRun> runs;
+  for (int r = 0; r < kRuns; ++r) {
+    inputs.push_back(MakeInputs(10 * r));
+    RemoteInputs in = Upload(c, inputs.back());
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(c.program, {in.x, in.y, in.w}));
+    runs.push_back(run);
+  }
+  for (int r = 0; r < kRuns; ++r) {
+    ASSERT_OK(runs[r].done.AwaitStatus(absl::Now() + kRunTimeout));
+    std::vector<float> got(kRows * kCols);
+    ASSERT_OK(c.controller->Download(runs[r].outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+    std::vector<float> local = RunInOneProcess(PipelineDef(), inputs[r]);
+    EXPECT_EQ(0, std::memcmp(got.data(), local.data(), got.size() * 4)) << "run " << r;
+    std::vector<float> want = Reference(inputs[r]);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
+  }
+}
+
+// Tests that kill -9 of an island in the middle of a stream of runs fails
+// the controller's pending runs within the deadline, naming the island, and
+// that the other island keeps serving.
+TEST(IslandServerTest, KilledIslandFailsRunsWithinTheDeadline) {
+  Cluster c = StartCluster();
+  ASSERT_NE(c.program, nullptr);
+  Inputs in = MakeInputs(1);
+  RemoteInputs remote = Upload(c, in);
+  std::vector<RemoteRun> runs;
+  for (int r = 0; r < 3; ++r) runs.push_back(*c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+  ASSERT_OK(runs[0].done.AwaitStatus(absl::Now() + kRunTimeout));
+  for (int r = 0; r < 20; ++r) {
+    auto run = c.controller->Execute(c.program, {remote.x, remote.y, remote.w});
+    if (run.ok()) runs.push_back(*run);
+  }
+  c.b->Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  int failed = 0;
+  for (RemoteRun& run : runs) {
+    absl::Status s = run.done.AwaitStatus(killed + absl::Seconds(5) + absl::Seconds(2));
+    ASSERT_FALSE(absl::IsDeadlineExceeded(s)) << "a run still pending 7 s after the kill";
+    if (!s.ok()) {
+      ++failed;
+      EXPECT_THAT(std::string(s.message()), HasSubstr("isl-b"));
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(7));
+  EXPECT_FALSE(c.controller->island_status(1).ok());
+  // Island a still works: a program on it alone.
+  ProgramDef local;
+  local.set_name("local");
+  MeshDef* m = local.add_meshes();
+  m->set_name("a");
+  m->add_dims(2);
+  *local.add_functions() = ScaleDef("half", {kRows / 2, kCols}, 0.5f);
+  AddParameter(local, "x", "a", {kRows, kCols}, Sharding::Split(0));
+  AddCall(local, "halve", "half", "a", {"x"}, {"h"});
+  local.add_outputs("h");
+  ASSERT_OK_AND_ASSIGN(auto program, c.controller->Load(local, {{"a", c.ma}}));
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(program, {remote.x}));
+  ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kRows * kCols);
+  ASSERT_OK(c.controller->Download(run.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], in.x[i] * 0.5f);
+}
+
+// Tests that a stopped (SIGSTOP) island is caught by the heartbeat: the
+// controller's runs fail within the peer timeout, naming it.
+TEST(IslandServerTest, StoppedIslandIsCaughtByTheHeartbeat) {
+  ControllerOptions options;
+  options.connection.peer_timeout = absl::Milliseconds(1000);
+  options.connection.heartbeat_interval = absl::Milliseconds(200);
+  Cluster c = StartCluster({"--peer-timeout-ms=1000"}, options);
+  ASSERT_NE(c.program, nullptr);
+  RemoteInputs remote = Upload(c, MakeInputs(2));
+  ASSERT_OK(c.controller->Execute(c.program, {remote.x, remote.y, remote.w})->done.AwaitStatus(
+      absl::Now() + kRunTimeout));
+  c.b->Signal(SIGSTOP);
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(c.b->pid(), &wait_status, WUNTRACED), c.b->pid());  // it is stopped now
+  ASSERT_TRUE(WIFSTOPPED(wait_status));
+  const absl::Time stopped = absl::Now();
+  auto run = c.controller->Execute(c.program, {remote.x, remote.y, remote.w});
+  absl::Status s = run.ok() ? run->done.AwaitStatus(stopped + absl::Seconds(5)) : run.status();
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("isl-b"));
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(5));
+}
+
+// Tests that an island with a secret refuses a controller without it or
+// with another, and serves one that holds it.
+TEST(IslandServerTest, SecretIsRequiredAndChecked) {
+  const char* secret = "a-shared-secret-of-32-characters";
+  auto island = StartIsland("isl-s", 1, {}, secret);
+  ASSERT_NE(island, nullptr);
+  auto none = Controller::Connect({island->address()});
+  EXPECT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("secret"));
+  ControllerOptions wrong;
+  wrong.secret = *Secret::FromBytes("another-secret-of-32-characters!", "test");
+  auto bad = Controller::Connect({island->address()}, wrong);
+  EXPECT_FALSE(bad.ok());
+  ControllerOptions right;
+  right.secret = *Secret::FromBytes(secret, "test");
+  auto good = Controller::Connect({island->address()}, right);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, (*good)->AllocateMesh(0, {1}));
+  EXPECT_EQ(mesh.dims, std::vector<int>{1});
+}
+
+// Tests that SIGTERM ends an island cleanly (exit 0).
+TEST(IslandServerTest, SigtermEndsTheIslandCleanly) {
+  auto island = StartIsland("isl-t", 1);
+  ASSERT_NE(island, nullptr);
+  auto controller = Controller::Connect({island->address()});
+  ASSERT_TRUE(controller.ok()) << controller.status();
+  int status = island->Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// Tests data parallelism across islands: each island all-reduces its
+// gradient over its own mesh (ICI), then adds the other island's (DCN), both
+// ways in one program; against the CPU, several runs in flight.
+TEST(IslandServerTest, DataParallelAcrossIslands) {
+  constexpr int kN = 4096;
+  auto a = StartIsland("isl-a", 2), b = StartIsland("isl-b", 2);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({a->address(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh ma, c->AllocateMesh(0, {2}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mb, c->AllocateMesh(1, {2}));
+  ProgramDef def;
+  def.set_name("data-parallel");
+  for (const char* name : {"a", "b"}) {
+    MeshDef* m = def.add_meshes();
+    m->set_name(name);
+    m->add_dims(2);
+  }
+  *def.add_functions() = ElementwiseDef("add", "add", {kN / 2});
+  AddParameter(def, "ga", "a", {kN}, Sharding::Split(0));
+  AddParameter(def, "gb", "b", {kN}, Sharding::Split(0));
+  for (const char* side : {"a", "b"}) {
+    NodeDef* n = def.add_nodes();
+    n->set_name(absl::StrCat("allreduce-", side));
+    CollectiveDef* col = n->mutable_collective();
+    col->set_kind(CollectiveDef::ALL_REDUCE);
+    col->set_mesh(side);
+    col->set_input(absl::StrCat("g", side));
+    col->set_output(absl::StrCat("r", side));
+    col->set_op(CollectiveDef::SUM);
+  }
+  AddCall(def, "total-a", "add", "a", {"ra", "rb"}, {"ta"});
+  AddCall(def, "total-b", "add", "b", {"rb", "ra"}, {"tb"});
+  def.add_outputs("ta");
+  def.add_outputs("tb");
+  ASSERT_OK_AND_ASSIGN(auto program, c->Load(def, {{"a", ma}, {"b", mb}}));
+  std::vector<std::vector<float>> ga, gb;
+  std::vector<RemoteRun> runs;
+  for (int r = 0; r < 4; ++r) {
+    ga.push_back(RandomFloats(kN, 10 + r));
+    gb.push_back(RandomFloats(kN, 20 + r));
+    ASSERT_OK_AND_ASSIGN(RemoteArray xa, c->CreateArray(ma, {kN}, DType::kF32, Sharding::Split(0)));
+    ASSERT_OK_AND_ASSIGN(RemoteArray xb, c->CreateArray(mb, {kN}, DType::kF32, Sharding::Split(0)));
+    ASSERT_OK(c->Upload(xa, ga.back().data(), kN * 4));
+    ASSERT_OK(c->Upload(xb, gb.back().data(), kN * 4));
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c->Execute(program, {xa, xb}));
+    runs.push_back(run);
+  }
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_OK(runs[r].done.AwaitStatus(absl::Now() + kRunTimeout));
+    for (int side = 0; side < 2; ++side) {
+      std::vector<float> got(kN / 2);
+      ASSERT_OK(c->Download(runs[r].outputs[side], got.data(), kN * 2, absl::Now() + kRunTimeout));
+      for (int i = 0; i < kN / 2; ++i) {
+        const float ra = ga[r][i] + ga[r][i + kN / 2], rb = gb[r][i] + gb[r][i + kN / 2];
+        ASSERT_EQ(got[i], side == 0 ? ra + rb : rb + ra) << "run " << r << " side " << side << " element " << i;
+      }
+    }
+  }
+}
+
+// Tests that garbage sent to an island (random bytes, an oversized frame)
+// closes only that connection: the island keeps serving its controller.
+TEST(IslandServerTest, MalformedTrafficLeavesOtherPeersServed) {
+  Cluster c = StartCluster();
+  ASSERT_NE(c.program, nullptr);
+  RemoteInputs remote = Upload(c, MakeInputs(3));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(c.a->address()));
+  std::mt19937 rng(7);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    ASSERT_OK_AND_ASSIGN(Socket raw, Socket::Connect(where, absl::Now() + absl::Seconds(5)));
+    std::vector<uint8_t> junk(attempt < 2 ? 64 : 16);
+    for (auto& byte : junk) byte = static_cast<uint8_t>(rng());
+    if (attempt >= 2) {  // a well-formed header of a control frame far over its bound
+      std::array<uint8_t, kFrameHeaderSize> h = EncodeFrameHeader(FrameType::kControl, uint64_t{1} << 40);
+      junk.assign(h.begin(), h.end());
+    }
+    absl::Span<const uint8_t> piece(junk);
+    ASSERT_OK(raw.WriteAll({piece}, absl::Now() + absl::Seconds(5)));
+    // The island hangs up.
+    uint8_t byte;
+    absl::Status read = absl::OkStatus();
+    for (int i = 0; i < 1024 && read.ok(); ++i) read = raw.ReadExact(&byte, 1, absl::Now() + absl::Seconds(10));
+    EXPECT_FALSE(absl::IsDeadlineExceeded(read)) << "the island kept a garbage connection open";
+    // Meanwhile the controller's runs go on.
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+    ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+  }
+}
+
+int CountEntries(const char* dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Tests that a controller can connect again after another went away, and
+// that connecting, running and closing leaves no descriptor or thread behind
+// in the controller's process.
+TEST(IslandServerTest, ControllerReconnectsAndLeaksNothing) {
+  auto a = StartIsland("isl-a", 1);
+  ASSERT_NE(a, nullptr);
+  auto run_once = [&] {
+    ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({a->address()}));
+    ASSERT_OK_AND_ASSIGN(RemoteMesh m, c->AllocateMesh(0, {1}));
+    ProgramDef def;
+    def.set_name("scale");
+    MeshDef* md = def.add_meshes();
+    md->set_name("m");
+    md->add_dims(1);
+    *def.add_functions() = ScaleDef("twice", {256}, 2.0f);
+    AddParameter(def, "x", "m", {256}, Sharding::Replicated());
+    AddCall(def, "scale", "twice", "m", {"x"}, {"y"});
+    def.add_outputs("y");
+    ASSERT_OK_AND_ASSIGN(auto program, c->Load(def, {{"m", m}}));
+    std::vector<float> x = RandomFloats(256, 5), y(256);
+    ASSERT_OK_AND_ASSIGN(RemoteArray xa, c->CreateArray(m, {256}, DType::kF32));
+    ASSERT_OK(c->Upload(xa, x.data(), x.size() * 4));
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c->Execute(program, {xa}));
+    ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+    ASSERT_OK(c->Download(run.outputs[0], y.data(), y.size() * 4, absl::Now() + kRunTimeout));
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(y[i], 2.0f * x[i]);
+  };
+  run_once();  // warms what stays (the protobuf runtime, the resolver)
+  const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+  for (int i = 0; i < 3; ++i) run_once();
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+}
+
+// Tests `causeway launch -n 2`: two islands register with the coordinator, a
+// controller finds them through it and runs a program across both; SIGTERM
+// to the launcher stops them.
+TEST(IslandServerTest, LaunchedIslandsAreFoundThroughTheCoordinator) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    close(out[1]);
+    execl(CAUSEWAY_CLI, "causeway", "launch", "-n", "2", "--", "--device=cpu", "--accelerators=2", "--validation",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (text.find("coordinator ") == std::string::npos && absl::Now() < deadline) {
+    pollfd pfd{out[0], POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    char buf[256];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, n);
+  }
+  const size_t at = text.find("coordinator ");
+  ASSERT_NE(at, std::string::npos) << "launch printed: " << text;
+  std::string coordinator = text.substr(at + 12);
+  coordinator = coordinator.substr(0, coordinator.find('\n'));
+  {
+    ASSERT_OK_AND_ASSIGN(auto c, Controller::ConnectToLaunch(coordinator, {}, absl::Now() + absl::Seconds(60)));
+    ASSERT_EQ(c->island_count(), 2);
+    EXPECT_EQ(c->island_name(0), "island-0");
+    EXPECT_EQ(c->island_name(1), "island-1");
+    ASSERT_OK_AND_ASSIGN(RemoteMesh ma, c->AllocateMesh(0, {2}));
+    ASSERT_OK_AND_ASSIGN(RemoteMesh mb, c->AllocateMesh(1, {2}));
+    ASSERT_OK_AND_ASSIGN(auto program, c->Load(PipelineDef(), {{"a", ma}, {"b", mb}}));
+    Inputs in = MakeInputs(4);
+    RemoteArray x = *c->CreateArray(ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+    RemoteArray y = *c->CreateArray(ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+    RemoteArray w = *c->CreateArray(mb, {kCols, kCols}, DType::kF32);
+    ASSERT_OK(c->Upload(x, in.x.data(), in.x.size() * 4));
+    ASSERT_OK(c->Upload(y, in.y.data(), in.y.size() * 4));
+    ASSERT_OK(c->Upload(w, in.w.data(), in.w.size() * 4));
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c->Execute(program, {x, y, w}));
+    ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+    std::vector<float> got(kRows * kCols);
+    ASSERT_OK(c->Download(run.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+    std::vector<float> want = Reference(in);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
+  }
+  kill(launcher, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  close(out[0]);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+}
+
+}  // namespace
+}  // namespace causeway::transport

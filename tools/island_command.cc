@@ -1,0 +1,151 @@
+// causeway island: hosts one island (this machine's accelerators, a gang
+// scheduler, executors) behind a socket until SIGINT or SIGTERM. Process 0 of
+// a launch (flags, CAUSEWAY_*, Slurm, Open MPI or torchrun variables) also
+// serves the launch's registry; the others register with it.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "runtime/status.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "transport/auth.h"
+#include "transport/island_server.h"
+#include "transport/launch.h"
+
+namespace causeway::cli {
+namespace {
+
+using ::causeway::transport::IslandRegistry;
+using ::causeway::transport::IslandServer;
+using ::causeway::transport::IslandServerOptions;
+using ::causeway::transport::Secret;
+
+constexpr char kUsage[] =
+    "usage: causeway island [--listen HOST:PORT] [--name NAME] [--secret-file FILE]\n"
+    "                       [--coordinator HOST:PORT --num-processes N --process-id I] [flags]\n"
+    "\n"
+    "Hosts one island behind a socket until SIGINT or SIGTERM: controllers connect to\n"
+    "it, and it exchanges values with other islands directly. Listens on loopback\n"
+    "unless told otherwise; any other address needs a shared secret (--secret-file, a\n"
+    "file only its owner can read, or CAUSEWAY_SECRET), which every peer must prove.\n"
+    "Prints 'island NAME ADDRESS' on stdout once it serves.\n\n";
+
+}  // namespace
+
+int IslandCommand(const std::vector<std::string>& args) {
+  auto specs = RuntimeFlagSpecs();
+  specs.push_back({"listen", "address to serve on (port 0: any free port)", "127.0.0.1:0"});
+  specs.push_back({"name", "this island's name (distinct among the islands of a program)", ""});
+  specs.push_back({"secret-file", "file holding the shared secret (or CAUSEWAY_SECRET)", ""});
+  specs.push_back({"coordinator", "launch: the coordinator's HOST:PORT (process 0 serves it)", ""});
+  specs.push_back({"num-processes", "launch: how many island processes", ""});
+  specs.push_back({"process-id", "launch: this process's id, 0..N-1", ""});
+  specs.push_back({"peer-timeout-ms", "a peer silent this long is lost", "5000"});
+  Flags flags(specs);
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway island: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
+  if (flags.Bool("help")) {
+    std::printf("%s%s", kUsage, flags.Help().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positional()[0], "'")), 2);
+  }
+  auto runtime_options = RuntimeOptionsFromFlags(flags);
+  if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
+  auto timeout_ms = flags.Int("peer-timeout-ms");
+  if (!timeout_ms.ok() || *timeout_ms < 100 || *timeout_ms > 3'600'000) {
+    return fail(absl::InvalidArgumentError("--peer-timeout-ms must be 100..3600000"), 2);
+  }
+
+  IslandServerOptions options;
+  options.listen = flags.Get("listen");
+  options.connection.peer_timeout = absl::Milliseconds(*timeout_ms);
+  options.connection.heartbeat_interval = std::min(absl::Seconds(1), options.connection.peer_timeout / 5);
+  if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
+    auto secret = Secret::FromFile(flags.Get("secret-file"));
+    if (!secret.ok()) return fail(secret.status(), 2);
+    options.secret = *std::move(secret);
+  } else if (auto secret = Secret::FromEnvironment(); secret.ok()) {
+    options.secret = *std::move(secret);
+  } else if (!absl::IsNotFound(secret.status())) {
+    return fail(secret.status(), 2);
+  }
+
+  transport::LaunchFlags launch_flags;
+  if (flags.Has("coordinator")) launch_flags.coordinator = flags.Get("coordinator");
+  if (flags.Has("num-processes")) launch_flags.num_processes = flags.Get("num-processes");
+  if (flags.Has("process-id")) launch_flags.process_id = flags.Get("process-id");
+  auto launch = transport::DetectLaunch(launch_flags);
+  if (!launch.ok()) return fail(launch.status(), 2);
+  std::optional<IslandRegistry> registry;
+  if (launch->has_value() && (*launch)->process_id == 0) {
+    registry.emplace((*launch)->num_processes);
+    options.registry = &*registry;
+  }
+  options.name = flags.Get("name");
+  if (options.name.empty()) {
+    options.name = launch->has_value() ? absl::StrCat("island-", (*launch)->process_id) : "island";
+  }
+
+  // Stop on SIGINT/SIGTERM: block them here (threads inherit the mask) and
+  // wait for them on a thread of their own.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto runtime = Runtime::Create(*runtime_options);
+  if (!runtime.ok()) return fail(runtime.status(), 1);
+  auto server = IslandServer::Create(runtime->get(), options);
+  if (!server.ok()) return fail(server.status(), 1);
+  const std::string address = (*server)->advertised_address();
+
+  if (launch->has_value()) {
+    transport::RegisterIsland me;
+    me.set_process_id((*launch)->process_id);
+    me.set_num_processes((*launch)->num_processes);
+    me.set_name(options.name);
+    me.set_address(address);
+    if (registry.has_value()) {
+      transport::Request request;
+      *request.mutable_register_island() = me;
+      if (auto r = registry->Handle(request); !r.ok()) return fail(r.status(), 1);
+    } else {
+      transport::ClientHandshakeOptions handshake;
+      handshake.name = options.name;
+      handshake.secret = options.secret;
+      absl::Status registered =
+          transport::RegisterWithCoordinator(**launch, me, handshake, absl::Now() + absl::Minutes(2));
+      if (!registered.ok()) return fail(registered, 1);
+    }
+  }
+  std::printf("island %s %s\n", options.name.c_str(), address.c_str());
+  std::fflush(stdout);
+
+  std::thread stopper([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    (*server)->Shutdown();
+  });
+  (*server)->Wait();
+  // The stopper may still wait for a signal if Shutdown came another way.
+  kill(getpid(), SIGTERM);
+  stopper.join();
+  return 0;
+}
+
+}  // namespace causeway::cli

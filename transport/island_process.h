@@ -1,0 +1,48 @@
+// An island server in a child process (`causeway island`), for tests,
+// benchmarks and tools that run several islands on one machine.
+#ifndef CAUSEWAY_TRANSPORT_ISLAND_PROCESS_H_
+#define CAUSEWAY_TRANSPORT_ISLAND_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace causeway::transport {
+
+// Move-only; the destructor kills the process (SIGKILL) and reaps it.
+class IslandProcess {
+ public:
+  // Runs `binary island --listen=127.0.0.1:0 --name=NAME ARGS...` with
+  // `env` ("NAME=value") added to this environment, and waits until it
+  // prints "island NAME ADDRESS" (by `timeout`). Errors: the process could
+  // not start, ended, or said something else (quoted).
+  static absl::StatusOr<std::unique_ptr<IslandProcess>> Start(const std::string& binary, const std::string& name,
+                                                              const std::vector<std::string>& args,
+                                                              const std::vector<std::string>& env = {},
+                                                              absl::Duration timeout = absl::Seconds(60));
+  ~IslandProcess();
+  IslandProcess(const IslandProcess&) = delete;
+  IslandProcess& operator=(const IslandProcess&) = delete;
+
+  // Where it serves (host:port).
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // Sends `signal` (nothing once reaped).
+  void Signal(int signal);
+  // SIGTERM, then waits; its wait status.
+  int Stop();
+
+ private:
+  IslandProcess() = default;
+  pid_t pid_ = -1;
+  std::string address_;
+};
+
+}  // namespace causeway::transport
+
+#endif  // CAUSEWAY_TRANSPORT_ISLAND_PROCESS_H_

@@ -1,0 +1,715 @@
+#include "transport/island_server.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "runtime/status.h"
+#include "scheduler/inbox.h"
+#include "scheduler/program_def.h"
+#include "scheduler/program_def.pb.h"
+#include "transport/control.pb.h"
+#include "transport/island.pb.h"
+
+namespace causeway::transport {
+namespace {
+
+// How long a channel's data may take to leave once begun.
+constexpr absl::Duration kSendDeadline = absl::Seconds(60);
+
+Response IslandReply(const IslandResponse& reply) {
+  Response response;
+  response.set_island(reply.SerializeAsString());
+  return response;
+}
+
+Request IslandCall(const IslandRequest& request) {
+  Request out;
+  out.set_island(request.SerializeAsString());
+  return out;
+}
+
+absl::Status FromCode(int32_t code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(message);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+// Runs jobs one at a time, in order, on a thread of its own.
+class JobQueue {
+ public:
+  JobQueue() : thread_([this] { Loop(); }) {}
+  ~JobQueue() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void Push(std::function<void()> job) {
+    absl::MutexLock lock(&mu_);
+    jobs_.push_back(std::move(job));
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> job;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !jobs_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (jobs_.empty()) return;  // stopping, and nothing left
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace
+
+// The receiving end of a channel: an inbox fed by the peer's data frames.
+class IslandServer::Receiver : public Channel {
+ public:
+  Receiver(uint64_t id, std::string peer) : id_(id), peer_(std::move(peer)),
+      inbox_(absl::StrCat("channel ", id, " from island '", peer_, "'")) {}
+  Future<> Send(uint64_t, uint64_t, uint64_t, std::shared_ptr<Buffer>, Future<>) override {
+    return Future<>::Ready(absl::InternalError(absl::StrCat(Describe(), " only receives")));
+  }
+  Future<> Receive(uint64_t tag, uint64_t total, std::vector<Target> targets) override {
+    return inbox_.Expect(tag, total, std::move(targets));
+  }
+  std::string Describe() const override { return inbox_.name(); }
+  const std::string& peer() const { return peer_; }
+  Inbox& inbox() { return inbox_; }
+
+ private:
+  uint64_t id_;
+  std::string peer_;
+  Inbox inbox_;
+};
+
+// A connection to another island for sending channel data, with a thread
+// that writes (sends must not block the completion threads that start them).
+class IslandServer::PeerLink {
+ public:
+  explicit PeerLink(std::unique_ptr<Connection> connection) : connection_(std::move(connection)) {}
+  Connection& connection() { return *connection_; }
+  void Push(std::function<void()> job) { queue_.Push(std::move(job)); }
+
+ private:
+  std::unique_ptr<Connection> connection_;
+  JobQueue queue_;  // destroyed first: its jobs use the connection
+};
+
+namespace {
+
+// The sending end of a channel.
+class Sender : public Channel, public std::enable_shared_from_this<Sender> {
+ public:
+  Sender(uint64_t id, std::string peer, std::shared_ptr<IslandServer::PeerLink> link)
+      : id_(id), peer_(std::move(peer)), link_(std::move(link)) {}
+  Future<> Send(uint64_t tag, uint64_t offset, uint64_t total, std::shared_ptr<Buffer> staging,
+                Future<> ready) override {
+    auto promise = std::make_shared<Promise<>>();
+    Future<> sent = promise->future();
+    ready.OnReady([self = shared_from_this(), tag, offset, total, staging = std::move(staging),
+                   promise](const absl::Status& status) {
+      // The job holds no reference to the link it runs on (a link's queue
+      // must not be destroyed from its own thread).
+      IslandServer::PeerLink* link = self->link_.get();
+      link->Push([link, id = self->id_, what = self->Describe(), tag, offset, total, staging, promise, status] {
+        Connection& c = link->connection();
+        if (!status.ok()) {
+          IslandRequest failed;
+          failed.mutable_channel_failed()->set_channel(id);
+          failed.mutable_channel_failed()->set_tag(tag);
+          failed.mutable_channel_failed()->set_code(static_cast<int32_t>(status.code()));
+          failed.mutable_channel_failed()->set_message(std::string(status.message()));
+          (void)c.Notify(IslandCall(failed), absl::Now() + kSendDeadline);
+          promise->Set(status);
+          return;
+        }
+        absl::Status s = c.SendData(
+            id, tag, offset, total,
+            absl::Span<const uint8_t>(static_cast<const uint8_t*>(staging->mapped()), staging->size()),
+            absl::Now() + kSendDeadline);
+        if (!s.ok()) s = absl::UnavailableError(absl::StrCat(what, ": ", s.message()));
+        promise->Set(s);
+      });
+    });
+    return sent;
+  }
+  Future<> Receive(uint64_t, uint64_t, std::vector<Target>) override {
+    return Future<>::Ready(absl::InternalError(absl::StrCat(Describe(), " only sends")));
+  }
+  std::string Describe() const override { return absl::StrCat("channel ", id_, " to island '", peer_, "'"); }
+
+ private:
+  uint64_t id_;
+  std::string peer_;
+  std::shared_ptr<IslandServer::PeerLink> link_;
+};
+
+}  // namespace
+
+// One accepted connection: a controller (a client of the island) or a peer
+// island sending channel data. Its requests run on the connection's reader
+// thread, except those that may wait (runs, fetches), which go in order to
+// the session's worker, and what waits for devices, to its outbox.
+class IslandServer::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(IslandServer* server, Socket socket) : server_(server), socket_(std::move(socket)) {}
+
+  // Ends the session: fails what waits on this peer's values, closes the
+  // connection (joining its threads, so no handler runs after), gives back
+  // everything its client held, and drains its worker and outbox. Called
+  // once, by the thread that holds the last reference to come (the reaper
+  // or the server's destructor).
+  void Teardown(const absl::Status& why) {
+    Join();
+    FailReceivers(why);
+    std::unique_ptr<Connection> connection;
+    std::shared_ptr<Client> client;
+    {
+      absl::MutexLock lock(&mu_);
+      connection = std::move(connection_);
+      client = client_;
+    }
+    if (connection != nullptr) connection->Close(why.message());
+    connection.reset();
+    if (client != nullptr) client->Close();
+    worker_.reset();
+    outbox_.reset();
+  }
+
+  // The handshake, then serving; on the session's own thread.
+  void Start() {
+    thread_ = std::thread([self = shared_from_this()] { self->Run(); });
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool done() const { return done_.load(); }
+  void Close(const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (connection_ != nullptr) connection_->Close(why);
+    closed_ = true;
+  }
+  // The connection, for writing outside the lock (it lives until Teardown,
+  // which drains the jobs that use it first... after closing it: a write then
+  // fails at once).
+  Connection* connection() {
+    absl::MutexLock lock(&mu_);
+    return connection_.get();
+  }
+  // What to tell the peer's receivers when this session ends.
+  std::string peer_name() const {
+    absl::MutexLock lock(&mu_);
+    return peer_name_;
+  }
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    return connection_ == nullptr ? absl::OkStatus() : connection_->status();
+  }
+  // Fails every receive of this controller's programs (it is gone).
+  void FailReceivers(const absl::Status& why) {
+    std::vector<std::shared_ptr<Receiver>> receivers;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, p] : programs_) receivers.insert(receivers.end(), p.receivers.begin(), p.receivers.end());
+    }
+    for (auto& r : receivers) r->inbox().Close(why);
+  }
+
+ private:
+  struct LoadedProgram {
+    std::shared_ptr<Executable> exe;
+    std::vector<std::shared_ptr<Receiver>> receivers;
+  };
+  struct Upload {
+    std::vector<uint8_t> bytes;
+    uint64_t received = 0;
+  };
+
+  void Run() {
+    ServerHandshakeOptions handshake;
+    handshake.name = server_->options_.name;
+    handshake.secret = server_->options_.secret;
+    ConnectionOptions options = server_->options_.connection;
+    std::weak_ptr<Session> weak = shared_from_this();
+    options.data_sink.begin = [weak](const DataHeader& h) -> absl::StatusOr<uint8_t*> {
+      auto self = weak.lock();
+      if (self == nullptr) return nullptr;
+      return self->BeginData(h);
+    };
+    options.data_sink.end = [weak](const DataHeader& h) {
+      if (auto self = weak.lock()) self->EndData(h);
+    };
+    auto connection = Connection::Accept(std::move(socket_), handshake, options,
+                                         [weak](const Request& r) -> absl::StatusOr<Response> {
+                                           auto self = weak.lock();
+                                           if (self == nullptr) return absl::UnavailableError("session ended");
+                                           return self->Handle(r);
+                                         });
+    if (!connection.ok()) {
+      std::fprintf(stderr, "island '%s': refused a connection: %s\n", server_->options_.name.c_str(),
+                   std::string(connection.status().message()).c_str());
+      done_ = true;
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    peer_name_ = (*connection)->peer().name;
+    connection_ = *std::move(connection);
+    if (closed_) connection_->Close("the island is shutting down");
+  }
+
+  absl::StatusOr<std::shared_ptr<Client>> client() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (client_ == nullptr) {
+      ASSIGN_OR_RETURN(client_, server_->island_->Connect(peer_name_));
+    }
+    return client_;
+  }
+
+  absl::StatusOr<uint8_t*> BeginData(const DataHeader& h) {
+    if (h.stream() == kUploadStream) {
+      absl::MutexLock lock(&mu_);
+      auto a = arrays_.find(h.tag());
+      if (a == arrays_.end()) return absl::NotFoundError(absl::StrCat("upload to unknown array ", h.tag()));
+      const uint64_t bytes = a->second->shard_bytes() * a->second->shard_count();
+      if (h.total() != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("upload of ", h.total(), " bytes to array ", h.tag(),
+                                                       " of ", bytes, " bytes"));
+      }
+      Upload& up = uploads_[h.tag()];
+      if (up.bytes.empty()) up.bytes.resize(bytes);
+      return up.bytes.data() + h.offset();
+    }
+    if (h.stream() >= kFirstChannelStream) {
+      std::shared_ptr<Receiver> r = server_->FindReceiver(h.stream());
+      if (r == nullptr) return absl::NotFoundError(absl::StrCat("data for unknown channel ", h.stream()));
+      absl::StatusOr<Inbox::Slot> slot = r->inbox().Begin(h.tag(), h.offset(), h.length(), h.total());
+      if (!slot.ok()) {
+        // The run failed or was cancelled here: drop its bytes.
+        if (absl::IsFailedPrecondition(slot.status()) || absl::IsUnavailable(slot.status()) ||
+            absl::IsCancelled(slot.status()) || absl::IsAborted(slot.status())) {
+          return nullptr;
+        }
+        return slot.status();
+      }
+      current_receiver_ = r;
+      current_slot_ = *slot;
+      return slot->data;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("an island takes no data on stream ", h.stream()));
+  }
+
+  void EndData(const DataHeader& h) {
+    if (h.stream() >= kFirstChannelStream) {
+      if (current_receiver_ != nullptr) current_receiver_->inbox().End(current_slot_);
+      current_receiver_.reset();
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    Upload& up = uploads_[h.tag()];
+    up.received += h.length();
+    if (up.received < up.bytes.size()) return;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(up.bytes));
+    uploads_.erase(h.tag());
+    auto a = arrays_.find(h.tag());
+    if (a == arrays_.end()) return;
+    ArrayRef array = a->second;
+    worker_->Push([array, bytes] { (void)array->Upload(bytes->data(), bytes->size()); });
+  }
+
+  absl::StatusOr<Response> Handle(const Request& request) {
+    if (request.kind_case() == Request::kPing) {
+      Response r;
+      r.mutable_pong()->set_payload(request.ping().payload());
+      return r;
+    }
+    if (request.kind_case() == Request::kRegisterIsland || request.kind_case() == Request::kListIslands) {
+      if (server_->options_.registry == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("island '", server_->options_.name, "' is not a launch's coordinator"));
+      }
+      return server_->options_.registry->Handle(request);
+    }
+    if (request.kind_case() != Request::kIsland) return absl::UnimplementedError("unknown request");
+    IslandRequest in;
+    if (!in.ParseFromString(request.island())) return absl::InvalidArgumentError("not an IslandRequest");
+    IslandResponse out;
+    absl::MutexLock lock(&mu_);
+    switch (in.kind_case()) {
+      case IslandRequest::kDescribe: {
+        out.mutable_info()->set_name(server_->options_.name);
+        out.mutable_info()->set_accelerators(static_cast<int32_t>(server_->runtime_->size()));
+        out.mutable_info()->set_device(server_->runtime_->accelerator(0)->info().name);
+        break;
+      }
+      case IslandRequest::kAllocateMesh: {
+        ASSIGN_OR_RETURN(auto c, client());
+        std::vector<int> dims(in.allocate_mesh().dims().begin(), in.allocate_mesh().dims().end());
+        ASSIGN_OR_RETURN(auto mesh, c->AllocateMesh(dims));
+        meshes_[next_id_] = mesh;
+        out.set_id(next_id_++);
+        break;
+      }
+      case IslandRequest::kCreateArray: {
+        ASSIGN_OR_RETURN(auto c, client());
+        const CreateArray& ca = in.create_array();
+        auto mesh = meshes_.find(ca.mesh());
+        if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh ", ca.mesh()));
+        ShardingDef sharding_def;
+        if (!sharding_def.ParseFromString(ca.sharding())) return absl::InvalidArgumentError("bad sharding");
+        ASSIGN_OR_RETURN(Sharding sharding, FromDef(sharding_def));
+        ASSIGN_OR_RETURN(DType dtype, FromDef(static_cast<DTypeDef>(ca.dtype())));
+        if (ca.shape_size() < 1 || ca.shape_size() > 8) return absl::InvalidArgumentError("rank must be 1 to 8");
+        Shape shape(ca.shape().begin(), ca.shape().end());
+        for (int64_t d : shape) {
+          if (d < 1 || d > (int64_t{1} << 32)) return absl::InvalidArgumentError("bad dimension");
+        }
+        ASSIGN_OR_RETURN(ArrayRef array, c->CreateArray(mesh->second, shape, dtype, sharding));
+        arrays_[next_id_] = array;
+        out.set_id(next_id_++);
+        break;
+      }
+      case IslandRequest::kReleaseArray: {
+        auto it = arrays_.find(in.release_array().array());
+        if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("no array ", in.release_array().array()));
+        // Runs queued before this request may still read it: release after them.
+        ArrayRef array = std::move(it->second);
+        arrays_.erase(it);
+        worker_->Push([array] {});
+        return IslandReply(out);
+      }
+      case IslandRequest::kLoadProgram: {
+        ASSIGN_OR_RETURN(auto c, client());
+        ProgramDef def;
+        if (!def.ParseFromString(in.load_program().program())) {
+          return absl::InvalidArgumentError("LoadProgram: not a ProgramDef");
+        }
+        absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> meshes;
+        for (const auto& [name, id] : in.load_program().meshes()) {
+          auto mesh = meshes_.find(id);
+          if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("mesh '", name, "': no mesh ", id));
+          meshes[name] = mesh->second;
+        }
+        absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>> channels;
+        LoadedProgram loaded;
+        for (const ChannelEnd& end : in.load_program().channels()) {
+          if (end.id() < kFirstChannelStream) return absl::InvalidArgumentError("channel ids start at 16");
+          if (end.send()) {
+            ASSIGN_OR_RETURN(auto link, server_->Peer(end.peer_address()));
+            channels[end.id()] = std::make_shared<Sender>(end.id(), end.peer_name(), std::move(link));
+          } else {
+            auto r = std::make_shared<Receiver>(end.id(), end.peer_name());
+            channels[end.id()] = r;
+            loaded.receivers.push_back(r);
+          }
+        }
+        ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
+        ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
+        {
+          absl::MutexLock server_lock(&server_->mu_);
+          for (const ChannelEnd& end : in.load_program().channels()) {
+            if (!end.send()) {
+              server_->receivers_[end.id()] = std::static_pointer_cast<Receiver>(channels[end.id()]);
+            }
+          }
+        }
+        for (int o : loaded.exe->program().outputs()) {
+          const ProgramValue& v = loaded.exe->program().values()[o];
+          ArrayType* t = out.mutable_loaded()->add_outputs();
+          for (int64_t d : v.shape) t->add_shape(d);
+          t->set_dtype(static_cast<int32_t>(ToDef(v.dtype)));
+        }
+        programs_[next_id_] = std::move(loaded);
+        out.mutable_loaded()->set_id(next_id_++);
+        break;
+      }
+      case IslandRequest::kExecute: {
+        const Execute& ex = in.execute();
+        auto p = programs_.find(ex.program());
+        if (p == programs_.end()) return absl::NotFoundError(absl::StrCat("no program ", ex.program()));
+        std::vector<ArrayRef> inputs;
+        for (uint64_t id : ex.inputs()) {
+          auto a = arrays_.find(id);
+          if (a == arrays_.end()) return absl::NotFoundError(absl::StrCat("no array ", id));
+          inputs.push_back(a->second);
+        }
+        std::vector<uint64_t> outputs;
+        for (size_t i = 0; i < p->second.exe->program().outputs().size(); ++i) {
+          outputs.push_back(next_id_++);
+          out.mutable_execute_started()->add_outputs(outputs.back());
+        }
+        auto exe = p->second.exe;
+        const uint64_t program_id = ex.program(), tag = ex.tag();
+        worker_->Push([this, exe, inputs, outputs, program_id, tag] { RunJob(exe, inputs, outputs, program_id, tag); });
+        break;
+      }
+      case IslandRequest::kFetch: {
+        const uint64_t array_id = in.fetch().array(), fetch = in.fetch().fetch();
+        worker_->Push([this, array_id, fetch] { FetchJob(array_id, fetch); });
+        break;
+      }
+      case IslandRequest::kCancelRuns: {
+        auto p = programs_.find(in.cancel_runs().program());
+        if (p == programs_.end()) return absl::NotFoundError("no such program");
+        for (auto& r : p->second.receivers) r->inbox().Close(absl::AbortedError(in.cancel_runs().message()));
+        break;
+      }
+      case IslandRequest::kChannelFailed: {
+        const ChannelFailed& f = in.channel_failed();
+        if (auto r = server_->FindReceiver(f.channel())) {
+          r->inbox().Fail(f.tag(), FromCode(f.code() == 0 ? 2 : f.code(), f.message()));
+        }
+        break;
+      }
+      default:
+        return absl::UnimplementedError("an island request of a kind this island does not serve");
+    }
+    return IslandReply(out);
+  }
+
+  void Notify(const IslandRequest& note) {
+    if (Connection* c = connection()) (void)c->Notify(IslandCall(note), absl::Now() + kSendDeadline);
+  }
+
+  // On the worker: runs in the order they were asked for.
+  void RunJob(const std::shared_ptr<Executable>& exe, const std::vector<ArrayRef>& inputs,
+              const std::vector<uint64_t>& outputs, uint64_t program_id, uint64_t tag) {
+    std::shared_ptr<Client> c;
+    {
+      absl::MutexLock lock(&mu_);
+      c = client_;
+    }
+    auto run = c->Execute(exe, inputs, {.tag = tag});
+    auto report = [this, program_id, tag](const absl::Status& s) {
+      IslandRequest note;
+      RunDone* done = note.mutable_run_done();
+      done->set_program(program_id);
+      done->set_tag(tag);
+      done->set_code(static_cast<int32_t>(s.code()));
+      done->set_message(std::string(s.message()));
+      Notify(note);
+    };
+    if (!run.ok()) {
+      report(run.status());
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (size_t i = 0; i < outputs.size(); ++i) arrays_[outputs[i]] = run->outputs[i];
+    }
+    outbox_->Push([run = *run, report] { report(run.Await()); });
+  }
+
+  void FetchJob(uint64_t array_id, uint64_t fetch) {
+    ArrayRef array;
+    {
+      absl::MutexLock lock(&mu_);
+      auto a = arrays_.find(array_id);
+      if (a != arrays_.end()) array = a->second;
+    }
+    outbox_->Push([this, array, array_id, fetch] {
+      absl::Status s;
+      if (array == nullptr) {
+        s = absl::NotFoundError(absl::StrCat("no array ", array_id, " (or the run that makes it failed)"));
+      } else {
+        std::vector<uint8_t> bytes(array->shard_bytes() * array->shard_count());
+        s = array->Download(bytes.data(), bytes.size());
+        Connection* c = connection();
+        if (s.ok() && c != nullptr) {
+          s = c->SendData(kFetchStream, fetch, 0, bytes.size(), bytes, absl::Now() + kSendDeadline);
+        }
+      }
+      IslandRequest note;
+      note.mutable_fetch_done()->set_fetch(fetch);
+      note.mutable_fetch_done()->set_code(static_cast<int32_t>(s.code()));
+      note.mutable_fetch_done()->set_message(std::string(s.message()));
+      Notify(note);
+    });
+  }
+
+  IslandServer* server_;
+  Socket socket_;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  // Touched only on the connection's reader thread.
+  std::shared_ptr<Receiver> current_receiver_;
+  Inbox::Slot current_slot_;
+
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string peer_name_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Mesh>> meshes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, ArrayRef> arrays_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, LoadedProgram> programs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Upload> uploads_ ABSL_GUARDED_BY(mu_);
+  // Made with the session, reset only by Teardown (after the connection,
+  // whose reader pushes into them, is gone).
+  std::unique_ptr<JobQueue> worker_ = std::make_unique<JobQueue>();
+  std::unique_ptr<JobQueue> outbox_ = std::make_unique<JobQueue>();
+};
+
+IslandServer::IslandServer(Runtime* runtime, IslandServerOptions options)
+    : runtime_(runtime), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runtime, IslandServerOptions options) {
+  RETURN_IF_ERROR(CheckPeerName(options.name));
+  ASSIGN_OR_RETURN(SocketAddress where, SocketAddress::Parse(options.listen));
+  RETURN_IF_ERROR(CheckListenPolicy(where, options.secret.has_value()));
+  std::unique_ptr<IslandServer> server(new IslandServer(runtime, std::move(options)));
+  server->options_.island.name = server->options_.name;
+  ASSIGN_OR_RETURN(server->island_, Island::Create(runtime, server->options_.island));
+  ASSIGN_OR_RETURN(server->listener_, Socket::Listen(where, 64));
+  // The address peers reach: the one listened on, with the port the kernel
+  // gave; on a wildcard address, this host's name.
+  std::string host = where.ToString().substr(0, where.ToString().rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]") {
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) == 0) host = name;
+  }
+  server->advertised_ = absl::StrCat(host, ":", server->listener_.port());
+  ASSIGN_OR_RETURN(server->address_,
+                   SocketAddress::Parse(absl::StrCat(where.ToString().substr(0, where.ToString().rfind(':')), ":",
+                                                     server->listener_.port())));
+  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+  return server;
+}
+
+IslandServer::~IslandServer() {
+  Shutdown();
+  acceptor_.join();
+  reaper_.join();
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    sessions.swap(sessions_);
+    peers_.clear();
+  }
+  for (auto& s : sessions) s->Teardown(absl::CancelledError(absl::StrCat("island '", options_.name, "' shut down")));
+  sessions.clear();
+  absl::MutexLock lock(&mu_);
+  receivers_.clear();
+}
+
+void IslandServer::Shutdown() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    sessions = sessions_;
+  }
+  for (auto& s : sessions) s->Close(absl::StrCat("island '", options_.name, "' is shutting down"));
+}
+
+void IslandServer::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopping_));
+}
+
+size_t IslandServer::sessions() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+void IslandServer::AcceptLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    absl::StatusOr<Socket> socket = listener_.Accept(absl::Now() + absl::Milliseconds(100));
+    if (!socket.ok()) continue;  // the deadline, mostly; a failed accept is retried
+    auto session = std::make_shared<Session>(this, *std::move(socket));
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    sessions_.push_back(session);
+    session->Start();
+  }
+}
+
+void IslandServer::ReapLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100))) return;
+    }
+    std::vector<std::shared_ptr<Session>> sessions, ended;
+    {
+      absl::MutexLock lock(&mu_);
+      sessions = sessions_;
+    }
+    for (auto& s : sessions) {
+      if (s->done() || !s->status().ok()) ended.push_back(s);
+    }
+    if (ended.empty()) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& s : ended) sessions_.erase(std::find(sessions_.begin(), sessions_.end(), s));
+    }
+    for (auto& s : ended) {
+      absl::Status why = s->status().ok() ? absl::UnavailableError("the session ended") : s->status();
+      s->Teardown(why);
+      if (!s->peer_name().empty()) PeerLost(s->peer_name(), why);
+    }
+  }
+}
+
+std::shared_ptr<IslandServer::Receiver> IslandServer::FindReceiver(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = receivers_.find(id);
+  return it == receivers_.end() ? nullptr : it->second;
+}
+
+void IslandServer::PeerLost(const std::string& peer_name, const absl::Status& why) {
+  std::vector<std::shared_ptr<Receiver>> lost;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, r] : receivers_) {
+      if (r->peer() == peer_name) lost.push_back(r);
+    }
+  }
+  for (auto& r : lost) r->inbox().Close(why);
+}
+
+absl::StatusOr<std::shared_ptr<IslandServer::PeerLink>> IslandServer::Peer(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(address);
+    if (it != peers_.end() && it->second->connection().status().ok()) return it->second;
+  }
+  ASSIGN_OR_RETURN(SocketAddress where, SocketAddress::Parse(address));
+  ClientHandshakeOptions handshake;
+  handshake.name = options_.name;
+  handshake.secret = options_.secret;
+  ASSIGN_OR_RETURN(auto connection, Connection::Connect(where, handshake, options_.connection));
+  auto link = std::make_shared<PeerLink>(std::move(connection));
+  absl::MutexLock lock(&mu_);
+  peers_[address] = link;
+  return link;
+}
+
+}  // namespace causeway::transport

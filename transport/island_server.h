@@ -1,0 +1,114 @@
+// An island server: one island (its accelerators, gang scheduler and
+// executors) behind a socket, serving controllers and exchanging values with
+// other island servers directly (never through the controller).
+//
+// Every accepted connection runs the handshake (a secret is required unless
+// the server listens on loopback) and becomes a session. A controller's
+// session is a client of the island: what it allocates is its own and is
+// released when the connection ends. Requests are island.proto messages.
+//
+// Example:
+//   IslandServerOptions options;
+//   options.name = "island-0";
+//   options.listen = "127.0.0.1:7400";
+//   ASSIGN_OR_RETURN(auto server, IslandServer::Create(runtime.get(), options));
+//   server->Wait();   // serves until Shutdown() or destruction
+#ifndef CAUSEWAY_TRANSPORT_ISLAND_SERVER_H_
+#define CAUSEWAY_TRANSPORT_ISLAND_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/runtime.h"
+#include "scheduler/island.h"
+#include "transport/auth.h"
+#include "transport/connection.h"
+#include "transport/launch.h"
+#include "transport/socket.h"
+
+namespace causeway::transport {
+
+// Data streams of the island service (island.proto).
+inline constexpr uint64_t kUploadStream = 1;
+inline constexpr uint64_t kFetchStream = 2;
+inline constexpr uint64_t kFirstChannelStream = 16;
+
+struct IslandServerOptions {
+  // This island's name: told to peers in the handshake, and used in every
+  // message about it. Peers of one program must have distinct names.
+  std::string name = "island";
+  // host:port; port 0 lets the kernel pick (address() tells).
+  std::string listen = "127.0.0.1:0";
+  // Required unless `listen` is a loopback address.
+  std::optional<Secret> secret;
+  ConnectionOptions connection;
+  IslandOptions island;
+  // Answers launch rendezvous requests (process 0 of a launch); may be null.
+  IslandRegistry* registry = nullptr;
+};
+
+class IslandServer {
+ public:
+  // Makes the island over `runtime` (which must outlive the server) and
+  // starts listening. Errors: CheckListenPolicy, Socket::Listen, Island.
+  static absl::StatusOr<std::unique_ptr<IslandServer>> Create(Runtime* runtime, IslandServerOptions options);
+  // Shutdown, then joins every thread and closes every descriptor.
+  ~IslandServer();
+
+  // Where the server listens.
+  const SocketAddress& address() const { return address_; }
+  // host:port where peers reach it (on a wildcard address, this host's name).
+  const std::string& advertised_address() const { return advertised_; }
+  const std::string& name() const { return options_.name; }
+  // Stops accepting and closes every session (their runs fail).
+  void Shutdown();
+  // Blocks until Shutdown.
+  void Wait();
+  // Live sessions (controllers and peer islands).
+  size_t sessions() const;
+
+  // Internal: the receiving end of a channel, by id (null if unknown).
+  class Receiver;
+  class PeerLink;
+  class Session;
+
+ private:
+  IslandServer(Runtime* runtime, IslandServerOptions options);
+  void AcceptLoop();
+  void ReapLoop();
+  std::shared_ptr<Receiver> FindReceiver(uint64_t id);
+  // The connection to the island at `address` for sending channel data,
+  // made on first use.
+  absl::StatusOr<std::shared_ptr<PeerLink>> Peer(const std::string& address);
+  // A session ended: fail every receive waiting on what its peer sends.
+  void PeerLost(const std::string& peer_name, const absl::Status& why);
+
+  Runtime* runtime_;
+  IslandServerOptions options_;
+  std::unique_ptr<Island> island_;
+  Socket listener_;
+  SocketAddress address_;
+  std::string advertised_;
+  std::thread acceptor_;
+  std::thread reaper_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Receiver>> receivers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
+  friend class Session;
+};
+
+}  // namespace causeway::transport
+
+#endif  // CAUSEWAY_TRANSPORT_ISLAND_SERVER_H_
