@@ -665,15 +665,17 @@ void IslandServer::ReapLoop() {
     for (auto& s : sessions) {
       if (s->done() || !s->status().ok()) ended.push_back(s);
     }
-    if (ended.empty()) continue;
-    {
-      absl::MutexLock lock(&mu_);
-      for (auto& s : ended) sessions_.erase(std::find(sessions_.begin(), sessions_.end(), s));
-    }
+    // Torn down before they leave the list, so that sessions() counts a
+    // session until everything it held is back.
     for (auto& s : ended) {
       absl::Status why = s->status().ok() ? absl::UnavailableError("the session ended") : s->status();
       s->Teardown(why);
       if (!s->peer_name().empty()) PeerLost(s->peer_name(), why);
+    }
+    absl::MutexLock lock(&mu_);
+    for (auto& s : ended) {
+      auto it = std::find(sessions_.begin(), sessions_.end(), s);
+      if (it != sessions_.end()) sessions_.erase(it);
     }
   }
 }

@@ -32,6 +32,7 @@
 #include "transport/frame.h"
 #include "transport/socket.h"
 #include "transport/island_process.h"
+#include "transport/island_server.h"
 
 namespace causeway::transport {
 namespace {
@@ -443,6 +444,44 @@ TEST(IslandServerTest, ControllerReconnectsAndLeaksNothing) {
   for (int i = 0; i < 3; ++i) run_once();
   EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
   EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+}
+
+// Tests that an island server gives back every descriptor and thread of the
+// sessions of controllers that came, ran and went (closed or dropped).
+TEST(IslandServerTest, ServerLeaksNothingAcrossSessions) {
+  auto rt = MakeRuntime(1);
+  IslandServerOptions options;
+  options.name = "isl-in";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  const std::string address = server->address().ToString();
+  auto cycle = [&](bool run) {
+    ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({address}));
+    ASSERT_OK_AND_ASSIGN(RemoteMesh m, c->AllocateMesh(0, {1}));
+    ASSERT_OK_AND_ASSIGN(RemoteArray x, c->CreateArray(m, {1024}, DType::kF32));
+    std::vector<float> host = RandomFloats(1024, 1), back(1024);
+    ASSERT_OK(c->Upload(x, host.data(), host.size() * 4));
+    if (run) {
+      ASSERT_OK(c->Download(x, back.data(), back.size() * 4, absl::Now() + kRunTimeout));
+      ASSERT_EQ(back, host);
+    }
+  };
+  auto settle = [&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (server->sessions() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_EQ(server->sessions(), 0u);
+  };
+  cycle(true);
+  settle();
+  ASSERT_OK(rt->accelerator(0)->Flush(absl::Now() + kRunTimeout));
+  const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+  const uint64_t memory = rt->accelerator(0)->memory_in_use();
+  for (int i = 0; i < 4; ++i) cycle(i % 2 == 0);
+  settle();
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+  // Work no one awaited holds its buffers until the accelerator retires it.
+  ASSERT_OK(rt->accelerator(0)->Flush(absl::Now() + kRunTimeout));
+  EXPECT_EQ(rt->accelerator(0)->memory_in_use(), memory);
 }
 
 // Tests `causeway launch -n 2`: two islands register with the coordinator, a
