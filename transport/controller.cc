@@ -1,5 +1,6 @@
 #include "transport/controller.h"
 
+#include <cstring>
 #include <tuple>
 #include <utility>
 
@@ -30,6 +31,9 @@ absl::Status FromCode(int32_t code, const std::string& message) {
 struct Controller::Island {
   std::string address;
   std::unique_ptr<Connection> connection;
+  // The fetch whose bytes the reader is writing (reader thread only): kept
+  // alive through the write even if its Download has given up.
+  std::shared_ptr<PendingFetch> writing;
 };
 
 struct Controller::PendingRun {
@@ -39,11 +43,13 @@ struct Controller::PendingRun {
   std::vector<int> islands;
 };
 
+// The bytes land in memory of the fetch's own, not the caller's: a Download
+// that gives up at its deadline returns while the reader may still be
+// writing.
 struct Controller::PendingFetch {
   int island = 0;
-  uint8_t* host = nullptr;
-  uint64_t size = 0;
-  uint64_t received = 0;  // written on the island's reader thread
+  std::vector<uint8_t> bytes;
+  uint64_t received = 0;  // guarded by the controller's lock
   std::shared_ptr<Promise<>> promise = std::make_shared<Promise<>>();
 };
 
@@ -90,16 +96,17 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Connect(const std::vecto
       auto it = self->fetches_.find(h.tag());
       if (it == self->fetches_.end()) return nullptr;  // given up at its deadline
       PendingFetch& f = *it->second;
-      if (f.island != index || h.total() != f.size) {
-        return absl::InvalidArgumentError(absl::StrCat("fetch ", h.tag(), " of ", f.size, " bytes got an object of ",
-                                                       h.total()));
+      if (f.island != index || h.total() != f.bytes.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("fetch ", h.tag(), " of ", f.bytes.size(),
+                                                       " bytes got an object of ", h.total()));
       }
-      return f.host + h.offset();
+      self->islands_[index]->writing = it->second;
+      return f.bytes.data() + h.offset();
     };
-    options.data_sink.end = [self](const DataHeader& h) {
+    options.data_sink.end = [self, index](const DataHeader& h) {
       absl::MutexLock lock(&self->mu_);
-      auto it = self->fetches_.find(h.tag());
-      if (it != self->fetches_.end()) it->second->received += h.length();
+      if (auto& f = self->islands_[index]->writing; f != nullptr) f->received += h.length();
+      self->islands_[index]->writing.reset();
     };
     auto connection = Connection::Connect(where, handshake, options,
                                           [self, index](const Request& r) -> absl::StatusOr<Response> {
@@ -211,8 +218,7 @@ absl::Status Controller::Download(const RemoteArray& array, void* host, uint64_t
   }
   auto fetch = std::make_shared<PendingFetch>();
   fetch->island = array.island;
-  fetch->host = static_cast<uint8_t*>(host);
-  fetch->size = size;
+  fetch->bytes.resize(size);
   uint64_t id;
   {
     absl::MutexLock lock(&mu_);
@@ -227,10 +233,11 @@ absl::Status Controller::Download(const RemoteArray& array, void* host, uint64_t
   absl::Status s = Call(array.island, in.SerializeAsString()).status();
   if (s.ok()) s = fetch->promise->future().AwaitStatus(deadline);
   absl::MutexLock lock(&mu_);
-  fetches_.erase(id);  // the reader writes into `host` only while the fetch is listed
+  fetches_.erase(id);
   if (s.ok() && fetch->received != size) {
     s = absl::DataLossError(absl::StrCat("download got ", fetch->received, " of ", size, " bytes"));
   }
+  if (s.ok()) std::memcpy(host, fetch->bytes.data(), size);
   return s;
 }
 
