@@ -349,27 +349,37 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
   }
   RemoteRun run;
   run.done = pending->promise->future();
+  // Output ids are this controller's to choose, so a run is dispatched to
+  // every island without waiting for a round trip; errors come back as the
+  // run's (RunDone).
   std::vector<std::vector<uint64_t>> part_outputs(program->parts.size());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t p = 0; p < program->parts.size(); ++p) {
+      for (size_t o = 0; o < program->parts[p].outputs.size(); ++o) part_outputs[p].push_back(next_array_++);
+    }
+  }
   for (size_t p = 0; p < program->parts.size(); ++p) {
     const auto& part = program->parts[p];
     IslandRequest in;
     in.mutable_execute()->set_program(part.id);
     in.mutable_execute()->set_tag(tag);
     for (uint64_t id : part_inputs[p]) in.mutable_execute()->add_inputs(id);
-    absl::StatusOr<std::string> bytes = Call(part.island, in.SerializeAsString());
-    absl::StatusOr<IslandResponse> out = bytes.ok() ? Decode(*bytes) : absl::StatusOr<IslandResponse>(bytes.status());
-    if (!out.ok()) {
-      // The parts already started will fail or finish; this run is failed.
+    for (uint64_t id : part_outputs[p]) in.mutable_execute()->add_outputs(id);
+    Request r;
+    r.set_island(in.SerializeAsString());
+    absl::Status sent = islands_[part.island]->connection->Notify(r, absl::Now() + options_.call_timeout);
+    if (!sent.ok()) {
+      // The parts already sent will fail or finish; this run is failed.
       absl::MutexLock lock(&mu_);
       for (size_t q = p; q < program->parts.size(); ++q) {
         runs_.erase({program->parts[q].island, program->parts[q].id, tag});
       }
-      if (pending->status.ok()) pending->status = out.status();
+      if (pending->status.ok()) pending->status = sent;
       pending->remaining -= static_cast<int>(program->parts.size() - p);
       if (pending->remaining == 0) pending->promise->Set(pending->status);
-      return out.status();
+      return sent;
     }
-    part_outputs[p].assign(out->execute_started().outputs().begin(), out->execute_started().outputs().end());
   }
   for (auto [part, index] : program->outputs) {
     RemoteArray a = program->parts[part].outputs[index];

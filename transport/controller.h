@@ -146,6 +146,7 @@ class Controller {
   uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_fetch_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_channel_ ABSL_GUARDED_BY(mu_) = 16;
+  uint64_t next_array_ ABSL_GUARDED_BY(mu_) = uint64_t{1} << 62;  // kControllerIds
   std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);
   // Keyed by (island, program id, tag).
   absl::flat_hash_map<std::tuple<int, uint64_t, uint64_t>, std::shared_ptr<PendingRun>> runs_ ABSL_GUARDED_BY(mu_);

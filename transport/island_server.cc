@@ -445,21 +445,39 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       }
       case IslandRequest::kExecute: {
         const Execute& ex = in.execute();
-        auto p = programs_.find(ex.program());
-        if (p == programs_.end()) return absl::NotFoundError(absl::StrCat("no program ", ex.program()));
+        const uint64_t program_id = ex.program(), tag = ex.tag();
+        auto p = programs_.find(program_id);
+        auto refuse = [&](absl::Status why) {
+          // A notification's error is not answered: it comes back as the run's.
+          if (p != programs_.end()) FailSends(*p->second.exe, tag, why);
+          outbox_->Push([this, program_id, tag, why] { ReportRun(program_id, tag, why); });
+          return why;
+        };
+        if (p == programs_.end()) return refuse(absl::NotFoundError(absl::StrCat("no program ", program_id)));
         std::vector<ArrayRef> inputs;
         for (uint64_t id : ex.inputs()) {
           auto a = arrays_.find(id);
-          if (a == arrays_.end()) return absl::NotFoundError(absl::StrCat("no array ", id));
+          if (a == arrays_.end()) return refuse(absl::NotFoundError(absl::StrCat("no array ", id)));
           inputs.push_back(a->second);
         }
-        std::vector<uint64_t> outputs;
-        for (size_t i = 0; i < p->second.exe->program().outputs().size(); ++i) {
-          outputs.push_back(next_id_++);
-          out.mutable_execute_started()->add_outputs(outputs.back());
+        const size_t count = p->second.exe->program().outputs().size();
+        std::vector<uint64_t> outputs(ex.outputs().begin(), ex.outputs().end());
+        if (outputs.empty()) {
+          for (size_t i = 0; i < count; ++i) {
+            outputs.push_back(next_id_++);
+            out.mutable_execute_started()->add_outputs(outputs.back());
+          }
+        } else if (outputs.size() != count) {
+          return refuse(absl::InvalidArgumentError(
+              absl::StrCat("program ", program_id, " has ", count, " outputs; ", outputs.size(), " ids given")));
+        } else {
+          for (uint64_t id : outputs) {
+            if (id < kControllerIds || arrays_.contains(id)) {
+              return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is in use or below 2^62")));
+            }
+          }
         }
         auto exe = p->second.exe;
-        const uint64_t program_id = ex.program(), tag = ex.tag();
         worker_->Push([this, exe, inputs, outputs, program_id, tag] { RunJob(exe, inputs, outputs, program_id, tag); });
         break;
       }
@@ -477,7 +495,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       case IslandRequest::kChannelFailed: {
         const ChannelFailed& f = in.channel_failed();
         if (auto r = server_->FindReceiver(f.channel())) {
-          r->inbox().Fail(f.tag(), FromCode(f.code() == 0 ? 2 : f.code(), f.message()));
+          r->inbox().Fail(f.tag(), FromCode(f.code() == 0 ? 2 : f.code(), absl::StrCat(r->Describe(), ": ", f.message())));
         }
         break;
       }
@@ -491,6 +509,24 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (Connection* c = connection()) (void)c->Notify(IslandCall(note), absl::Now() + kSendDeadline);
   }
 
+  // Run `tag` of `exe` will not run here: the islands waiting for its values
+  // are told, so that their devices do not wait for them.
+  static void FailSends(const Executable& exe, uint64_t tag, const absl::Status& why) {
+    for (const ProgramStep& step : exe.program().steps()) {
+      if (step.kind == ProgramStep::kSend) (void)step.channel->Send(tag, 0, 0, nullptr, Future<>::Ready(why));
+    }
+  }
+
+  void ReportRun(uint64_t program_id, uint64_t tag, const absl::Status& s) {
+    IslandRequest note;
+    RunDone* done = note.mutable_run_done();
+    done->set_program(program_id);
+    done->set_tag(tag);
+    done->set_code(static_cast<int32_t>(s.code()));
+    done->set_message(std::string(s.message()));
+    Notify(note);
+  }
+
   // On the worker: runs in the order they were asked for.
   void RunJob(const std::shared_ptr<Executable>& exe, const std::vector<ArrayRef>& inputs,
               const std::vector<uint64_t>& outputs, uint64_t program_id, uint64_t tag) {
@@ -500,16 +536,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       c = client_;
     }
     auto run = c->Execute(exe, inputs, {.tag = tag});
-    auto report = [this, program_id, tag](const absl::Status& s) {
-      IslandRequest note;
-      RunDone* done = note.mutable_run_done();
-      done->set_program(program_id);
-      done->set_tag(tag);
-      done->set_code(static_cast<int32_t>(s.code()));
-      done->set_message(std::string(s.message()));
-      Notify(note);
-    };
+    auto report = [this, program_id, tag](const absl::Status& s) { ReportRun(program_id, tag, s); };
     if (!run.ok()) {
+      FailSends(*exe, tag, run.status());
       report(run.status());
       return;
     }

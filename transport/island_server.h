@@ -41,6 +41,9 @@ namespace causeway::transport {
 inline constexpr uint64_t kUploadStream = 1;
 inline constexpr uint64_t kFetchStream = 2;
 inline constexpr uint64_t kFirstChannelStream = 16;
+// Array ids a controller picks itself (Execute's outputs) start here; an
+// island hands out ids below.
+inline constexpr uint64_t kControllerIds = uint64_t{1} << 62;
 
 struct IslandServerOptions {
   // This island's name: told to peers in the handshake, and used in every

@@ -212,6 +212,27 @@ TEST(IslandServerTest, TwoIslandProgramMatchesOneProcess) {
   }
 }
 
+// Tests that a run the island cannot start (an input released before it)
+// fails with the island's reason, though runs are sent without waiting for
+// an answer, and that the island goes on with the next.
+TEST(IslandServerTest, RunRefusedByTheIslandFailsWithItsReason) {
+  Cluster c = StartCluster();
+  ASSERT_NE(c.program, nullptr);
+  Inputs in = MakeInputs(6);
+  RemoteInputs remote = Upload(c, in);
+  RemoteArray gone = *c.controller->CreateArray(c.ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  ASSERT_OK(c.controller->Release(gone));
+  ASSERT_OK_AND_ASSIGN(RemoteRun bad, c.controller->Execute(c.program, {gone, remote.y, remote.w}));
+  EXPECT_ERROR(bad.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kNotFound, "isl-a",
+               absl::StrCat("no array ", gone.id));
+  ASSERT_OK_AND_ASSIGN(RemoteRun good, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+  ASSERT_OK(good.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kRows * kCols);
+  ASSERT_OK(c.controller->Download(good.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+  std::vector<float> want = Reference(in);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
+}
+
 // Tests that kill -9 of an island in the middle of a stream of runs fails
 // the controller's pending runs within the deadline, naming the island, and
 // that the other island keeps serving.
