@@ -222,11 +222,14 @@ TEST(IslandServerTest, RunRefusedByTheIslandFailsWithItsReason) {
   RemoteInputs remote = Upload(c, in);
   RemoteArray gone = *c.controller->CreateArray(c.ma, {kRows, kCols}, DType::kF32, Sharding::Split(0));
   ASSERT_OK(c.controller->Release(gone));
+  // Bytes for a released array are dropped; the connection stays up.
+  ASSERT_OK(c.controller->Upload(gone, in.x.data(), in.x.size() * 4));
   ASSERT_OK_AND_ASSIGN(RemoteRun bad, c.controller->Execute(c.program, {gone, remote.y, remote.w}));
   EXPECT_ERROR(bad.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kNotFound, "isl-a",
                absl::StrCat("no array ", gone.id));
   ASSERT_OK_AND_ASSIGN(RemoteRun good, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
   ASSERT_OK(good.done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_OK(c.controller->island_status(0));
   std::vector<float> got(kRows * kCols);
   ASSERT_OK(c.controller->Download(good.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
   std::vector<float> want = Reference(in);
