@@ -1,5 +1,7 @@
 // The causeway command line. Results go to stdout; errors to stderr with a
 // non-zero exit.
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -33,6 +35,12 @@ void PrintHelp(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef __SANITIZE_ADDRESS__
+  // As in the test suite (tests/testing/test_support.cc): keep lavapipe loaded
+  // for the life of the process, so that LeakSanitizer does not report its
+  // globals as a leak from "<unknown module>" once the loader unloads it.
+  dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);
+#endif
   // Debian's abseil is built with mutex deadlock detection on, which walks a
   // lock graph on every lock; the test suite keeps it, tools turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
