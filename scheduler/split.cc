@@ -327,6 +327,7 @@ absl::StatusOr<SplitProgram> SplitByIsland(const ProgramDef& def, uint64_t first
   struct Received {
     std::string mesh;
     Sharding sharding;
+    std::string name;  // the value's name on the receiving island
   };
   absl::flat_hash_map<std::pair<std::string, std::string>, Received> received;
   absl::flat_hash_map<std::tuple<std::string, std::string, int, int>, std::string> placed;
@@ -339,6 +340,7 @@ absl::StatusOr<SplitProgram> SplitByIsland(const ProgramDef& def, uint64_t first
     part_for(island);  // first, so that parts come in order of first appearance
     NodeDef copy = node;
     std::vector<std::string*> inputs = MutableInputs(copy);
+    bool received_directly = false;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const std::string value = *inputs[i];
       const std::string& from = island_of_value.at(value);
@@ -385,18 +387,32 @@ absl::StatusOr<SplitProgram> SplitByIsland(const ProgramDef& def, uint64_t first
 
         const bool split_rows = !sent_sharding.replicated() && sent_sharding.array_axis == 0 &&
                                 type.shape[0] % consumer_mesh->dims()[0] == 0;
-        const Sharding arrives = split_rows ? Sharding::Split(0, 0) : Sharding::Replicated();
+        Sharding arrives = split_rows ? Sharding::Split(0, 0) : Sharding::Replicated();
+        // A reshard that moves the value to this island in a layout a channel
+        // can fill (contiguous shards) is the receive itself: the bytes land
+        // in the reshard's output, with no copy after.
+        bool direct = false;
+        if (node.has_reshard()) {
+          absl::StatusOr<Sharding> target = FromDef(node.reshard().sharding());
+          direct = target.ok() && (target->replicated() || target->array_axis == 0);
+          if (direct) arrives = *target;
+        }
         NodeDef* receive = part_for(island).add_nodes();
         receive->set_name(fresh(absl::StrCat("recv:", value)));
         ReceiveDef* r = receive->mutable_receive();
         r->set_mesh(mesh);
-        r->set_output(value);
+        r->set_output(direct ? node.reshard().output() : value);
         r->mutable_shape()->Add(type.shape.begin(), type.shape.end());
         r->set_dtype(ToDef(type.dtype));
         *r->mutable_sharding() = ToDef(arrives);
         r->set_channel(id);
-        received.emplace(std::make_pair(value, island), Received{mesh, arrives});
         split.channels.push_back({id, from, island, value});
+        received.emplace(std::make_pair(value, island),
+                         Received{mesh, arrives, direct ? node.reshard().output() : value});
+        if (direct) {
+          received_directly = true;
+          break;
+        }
       }
 
       // Where the whole program would have the consumer read it: a call
@@ -410,15 +426,17 @@ absl::StatusOr<SplitProgram> SplitByIsland(const ProgramDef& def, uint64_t first
         wanted = type.sharding;
       }
       const Received& got = received.at(std::make_pair(value, island));
+      *inputs[i] = got.name;
       if (!wanted.has_value() || (got.mesh == mesh && got.sharding == *wanted)) continue;
       auto key = std::make_tuple(value, mesh, wanted->array_axis, wanted->mesh_axis);
       auto [it, added] = placed.try_emplace(key);
       if (added) {
         it->second = fresh(absl::StrCat(value, "@", mesh, ":", ShardingTag(*wanted)));
-        *part_for(island).add_nodes() = ReshardNode(it->second, mesh, value, *wanted);
+        *part_for(island).add_nodes() = ReshardNode(it->second, mesh, got.name, *wanted);
       }
       *inputs[i] = it->second;
     }
+    if (received_directly) continue;  // the receive made the reshard's output
     *part_for(island).add_nodes() = std::move(copy);
   }
 

@@ -456,6 +456,59 @@ TEST(SplitTest, ReshardsBeforeSendingAndAfterReceiving) {
 // of all). Each part follows the global order (a_make, b_use, b_make,
 // a_use), not its island's listed order (which would have each island
 // receive before it sends: a deadlock), and 4 runs in flight finish.
+// Tests that a reshard moving a value to another island in a layout a
+// channel fills (replicated, or split by rows) becomes the receive itself:
+// no copy after it; and that the moved values match the whole program.
+TEST(SplitTest, ReshardAcrossIslandsIsTheReceive) {
+  ProgramDef def;
+  def.set_name("move");
+  AddMesh(def, "a", "a", {2});
+  AddMesh(def, "b", "b", {3});
+  AddParameter(def, "x", "a", {12, 6}, Sharding::Split(0));
+  for (auto [name, sharding] : {std::pair<std::string, Sharding>{"rows", Sharding::Split(0)},
+                                std::pair<std::string, Sharding>{"all", Sharding::Replicated()},
+                                std::pair<std::string, Sharding>{"cols", Sharding::Split(1)}}) {
+    NodeDef* n = def.add_nodes();
+    n->set_name("move-" + name);
+    ReshardDef* r = n->mutable_reshard();
+    r->set_mesh("b");
+    r->set_input("x");
+    r->set_output(name);
+    *r->mutable_sharding() = ToDef(sharding);
+    def.add_outputs(name);
+  }
+  ASSERT_OK_AND_ASSIGN(SplitProgram split, SplitByIsland(def, 1));
+  ASSERT_EQ(split.parts.size(), 2u);
+  const ProgramDef& b = split.parts[1].def;
+  // x crosses once: the first reshard (rows) is the receive, and the others
+  // copy from it on island b.
+  int receives = 0, reshards = 0;
+  for (const NodeDef& n : b.nodes()) {
+    receives += n.has_receive();
+    reshards += n.has_reshard();
+    if (n.has_receive() && n.receive().output() == "rows") {
+      EXPECT_EQ(FromDef(n.receive().sharding())->array_axis, 0);
+    }
+  }
+  EXPECT_EQ(receives, 1) << ProgramDefToText(b);
+  EXPECT_EQ(split.channels.size(), 1u);
+  EXPECT_EQ(reshards, 2) << ProgramDefToText(b);
+  EXPECT_EQ(FindNode(b, "move-rows"), nullptr);
+  ASSERT_NE(FindNode(b, "move-all"), nullptr);
+  EXPECT_EQ(FindNode(b, "move-all")->reshard().input(), "rows");
+  EXPECT_NE(FindNode(b, "move-cols"), nullptr);
+
+  Islands islands({{"a", 2}, {"b", 3}, {"whole", 5}});
+  ASSERT_OK_AND_ASSIGN(Loaded parts, LoadSplit(def, split, islands));
+  ASSERT_OK_AND_ASSIGN(Loaded whole, LoadWhole(def, islands.client("whole")));
+  std::vector<HostValues> inputs;
+  for (int r = 0; r < 3; ++r) inputs.push_back({{"x", reference::RandomFloats(72, 40 + r)}});
+  std::vector<HostValues> got = RunOrDie(parts, inputs, 1, "reshard across islands");
+  std::vector<HostValues> want = RunOrDie(whole, inputs, 1, "the whole program");
+  ExpectBitIdentical(got, want);
+  for (const HostValues& out : got) EXPECT_EQ(out.at("all"), inputs[&out - got.data()].at("x"));
+}
+
 TEST(SplitTest, PartsFollowTheGlobalOrder) {
   constexpr int64_t n = 1024;
   ProgramDef def;
