@@ -1,0 +1,329 @@
+// Island processes end to end: how fast a value crosses between two island
+// servers (DCN), against a plain TCP copy of the same bytes between two
+// processes in the same run; and a program over two islands against the
+// same program on one island with as many accelerators.
+//
+//   transfer:  a program whose part on island a sends an f32 array of S bytes
+//              (one accelerator, replicated) to island b, which receives it
+//              into device memory (a copy from staging) and copies it once
+//              more (a reshard, the cheapest node that reads it). Runs are
+//              queued back to back; a sample is the steady-state bytes per
+//              second over `--runs-per-sample` runs (first run untimed).
+//              Baseline: a forked process that recv()s S bytes per transfer
+//              into its buffer and answers with one byte; the sender
+//              write()s them (the same loopback, the same two cores).
+//   program:   a pipeline of matmul stages, two stages on each island's two
+//              accelerators (two islands, activations over DCN) against the
+//              same program on one island process of four accelerators;
+//              programs per second over a stream of runs.
+//
+// The cases alternate sample by sample; medians of `--samples` are printed,
+// and the ratios. Islands are `causeway island` processes on the CPU driver.
+//
+//   causeway_island_bench [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program]
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "benchmarks/bench_util.h"
+#include "runtime/reference.h"
+#include "scheduler/program_def.h"
+#include "scheduler/program_def.pb.h"
+#include "transport/controller.h"
+#include "transport/island_process.h"
+
+namespace causeway::bench {
+namespace {
+
+using transport::Controller;
+using transport::IslandProcess;
+using transport::RemoteArray;
+using transport::RemoteMesh;
+using transport::RemoteRun;
+
+// --- plain TCP baseline ---
+
+struct TcpPeer {
+  int fd = -1;
+  pid_t pid = -1;
+  ~TcpPeer() {
+    if (fd >= 0) close(fd);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    c += w;
+    n -= w;
+  }
+  return true;
+}
+bool ReadAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = recv(fd, c, n, 0);
+    if (r <= 0) return false;
+    c += r;
+    n -= r;
+  }
+  return true;
+}
+
+// A forked receiver: reads an 8-byte size, then that many bytes, answers 1.
+std::unique_ptr<TcpPeer> StartTcpPeer() {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  listen(listener, 1);
+  auto peer = std::make_unique<TcpPeer>();
+  peer->pid = fork();
+  if (peer->pid == 0) {
+    int c = accept(listener, nullptr, nullptr);
+    std::vector<char> buffer;
+    while (true) {
+      uint64_t size = 0;
+      if (!ReadAll(c, &size, 8)) _exit(0);
+      if (buffer.size() < size) buffer.resize(size);
+      if (!ReadAll(c, buffer.data(), size)) _exit(0);
+      char ack = 1;
+      if (!WriteAll(c, &ack, 1)) _exit(0);
+    }
+  }
+  close(listener);
+  peer->fd = socket(AF_INET, SOCK_STREAM, 0);
+  CheckOk(connect(peer->fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0
+              ? absl::OkStatus()
+              : absl::UnavailableError("connect"),
+          "tcp connect");
+  return peer;
+}
+
+double TcpSample(TcpPeer& peer, const std::vector<char>& bytes, int transfers) {
+  auto once = [&] {
+    uint64_t size = bytes.size();
+    char ack;
+    if (!WriteAll(peer.fd, &size, 8) || !WriteAll(peer.fd, bytes.data(), size) || !ReadAll(peer.fd, &ack, 1)) {
+      CheckOk(absl::UnavailableError("tcp transfer failed"), "tcp");
+    }
+  };
+  once();
+  absl::Time start = absl::Now();
+  for (int i = 0; i < transfers; ++i) once();
+  return static_cast<double>(bytes.size()) * transfers / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
+}
+
+// --- islands ---
+
+std::unique_ptr<IslandProcess> Island(const std::string& name, int accelerators) {
+  return Must(IslandProcess::Start(CAUSEWAY_CLI, name, {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+              "start an island");
+}
+
+void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape) {
+  ParameterDef* p = def.add_parameters();
+  p->set_value(value);
+  p->set_mesh(mesh);
+  p->mutable_shape()->Add(shape.begin(), shape.end());
+}
+void AddMesh(ProgramDef& def, const std::string& name, int devices) {
+  MeshDef* m = def.add_meshes();
+  m->set_name(name);
+  m->add_dims(devices);
+}
+
+// x on "a" crosses to "b", where a reshard reads it.
+ProgramDef TransferDef(int64_t elements) {
+  ProgramDef def;
+  def.set_name("transfer");
+  AddMesh(def, "a", 1);
+  AddMesh(def, "b", 1);
+  AddParameter(def, "x", "a", {elements});
+  NodeDef* n = def.add_nodes();
+  n->set_name("copy");
+  ReshardDef* r = n->mutable_reshard();
+  r->set_mesh("b");
+  r->set_input("x");
+  r->set_output("y");
+  *r->mutable_sharding() = ToDef(Sharding::Split(0));
+  def.add_outputs("y");
+  return def;
+}
+
+// Runs `program` `runs` times back to back, keeping at most `in_flight`
+// pending; runs per second over the timed ones.
+double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& program,
+              const std::vector<RemoteArray>& inputs, int runs, int in_flight = 4) {
+  auto one = [&](std::vector<RemoteRun>& pending) {
+    pending.push_back(Must(c.Execute(program, inputs), "execute"));
+    if (static_cast<int>(pending.size()) > in_flight) {
+      CheckOk(pending.front().done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
+      for (const RemoteArray& o : pending.front().outputs) (void)c.Release(o);
+      pending.erase(pending.begin());
+    }
+  };
+  std::vector<RemoteRun> pending;
+  one(pending);
+  CheckOk(pending.back().done.AwaitStatus(absl::Now() + absl::Seconds(60)), "first run");
+  absl::Time start = absl::Now();
+  for (int i = 0; i < runs; ++i) one(pending);
+  for (RemoteRun& r : pending) {
+    CheckOk(r.done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
+    for (const RemoteArray& o : r.outputs) (void)c.Release(o);
+  }
+  return runs / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void TransferBench(int samples, const std::vector<int>& sizes_mib) {
+  auto a = Island("a", 1), b = Island("b", 1);
+  auto c = Must(Controller::Connect({a->address(), b->address()}), "connect");
+  RemoteMesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
+  auto tcp = StartTcpPeer();
+  std::printf("transfer between two island processes vs plain TCP (GB/s, medians of %d)\n", samples);
+  std::printf("%10s %10s %10s %8s\n", "size", "tcp", "causeway", "ratio");
+  for (int mib : sizes_mib) {
+    const uint64_t bytes = uint64_t{static_cast<uint64_t>(mib)} << 20;
+    const int64_t elements = static_cast<int64_t>(bytes / 4);
+    auto program = Must(c->Load(TransferDef(elements), {{"a", ma}, {"b", mb}}), "load");
+    RemoteArray x = Must(c->CreateArray(ma, {elements}, DType::kF32), "array");
+    std::vector<float> host = reference::RandomFloats(elements, mib);
+    CheckOk(c->Upload(x, host.data(), bytes), "upload");
+    // Check once that the bytes arrive intact.
+    {
+      RemoteRun run = Must(c->Execute(program, {x}), "execute");
+      CheckOk(run.done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
+      std::vector<float> got(elements);
+      CheckOk(c->Download(run.outputs[0], got.data(), bytes, absl::Now() + absl::Seconds(60)), "download");
+      if (std::memcmp(got.data(), host.data(), bytes) != 0) CheckOk(absl::DataLossError("bytes differ"), "check");
+      (void)c->Release(run.outputs[0]);
+    }
+    std::vector<char> tcp_bytes(bytes, 1);
+    const int transfers = std::max(2, static_cast<int>((uint64_t{512} << 20) / bytes));
+    auto figures = Alternate(samples, {
+        [&] { return TcpSample(*tcp, tcp_bytes, transfers); },
+        [&] { return Stream(*c, program, {x}, transfers, 2) * bytes / 1e9; },
+    });
+    const double t = Median(figures[0]), cw = Median(figures[1]);
+    std::printf("%7d MiB %10.2f %10.2f %8.2f\n", mib, t, cw, cw / t);
+    std::fflush(stdout);
+    (void)c->Release(x);
+  }
+}
+
+// A pipeline of `stages` matmul stages on meshes s0..s{stages-1} of one
+// device each; the meshes are bound by the caller.
+ProgramDef PipelineDef(int stages, int n) {
+  ProgramDef def;
+  def.set_name("pipeline");
+  for (int s = 0; s < stages; ++s) AddMesh(def, absl::StrCat("s", s), 1);
+  *def.add_functions() = MatmulDef("mm", n, n, n);
+  AddParameter(def, "x0", "s0", {n, n});
+  for (int s = 0; s < stages; ++s) {
+    AddParameter(def, absl::StrCat("w", s), absl::StrCat("s", s), {n, n});
+    NodeDef* node = def.add_nodes();
+    node->set_name(absl::StrCat("stage", s));
+    CallDef* call = node->mutable_call();
+    call->set_function("mm");
+    call->set_mesh(absl::StrCat("s", s));
+    call->add_inputs(absl::StrCat("x", s));
+    call->add_inputs(absl::StrCat("w", s));
+    call->add_outputs(absl::StrCat("x", s + 1));
+  }
+  def.add_outputs(absl::StrCat("x", stages));
+  return def;
+}
+
+void ProgramBench(int samples) {
+  constexpr int kStages = 4, kN = 256, kRuns = 24;
+  auto one = Island("one", 4);
+  auto a = Island("a", 2), b = Island("b", 2);
+  auto single = Must(Controller::Connect({one->address()}), "connect one");
+  auto pair = Must(Controller::Connect({a->address(), b->address()}), "connect two");
+  auto setup = [&](Controller& c, const std::vector<int>& island_of_stage) {
+    absl::flat_hash_map<std::string, RemoteMesh> meshes;
+    std::vector<RemoteArray> inputs;
+    std::vector<RemoteMesh> list;
+    for (int s = 0; s < kStages; ++s) {
+      list.push_back(Must(c.AllocateMesh(island_of_stage[s], {1}), "mesh"));
+      meshes[absl::StrCat("s", s)] = list.back();
+    }
+    auto program = Must(c.Load(PipelineDef(kStages, kN), meshes), "load");
+    std::vector<float> host = reference::RandomFloats(kN * kN, 3, -0.1f, 0.1f);
+    for (int i = 0; i <= kStages; ++i) {
+      RemoteArray arr = Must(c.CreateArray(list[i == 0 ? 0 : i - 1], {kN, kN}, DType::kF32), "array");
+      CheckOk(c.Upload(arr, host.data(), host.size() * 4), "upload");
+      inputs.push_back(arr);
+    }
+    return std::make_pair(program, inputs);
+  };
+  auto [p1, in1] = setup(*single, {0, 0, 0, 0});
+  auto [p2, in2] = setup(*pair, {0, 0, 1, 1});
+  auto figures = Alternate(samples, {
+      [&] { return Stream(*single, p1, in1, kRuns); },
+      [&] { return Stream(*pair, p2, in2, kRuns); },
+  });
+  const double one_island = Median(figures[0]), two_islands = Median(figures[1]);
+  std::printf("program: %d matmul stages (%dx%d), runs streamed (programs/s, medians of %d)\n", kStages, kN, kN,
+              samples);
+  std::printf("  one island of 4 accelerators   %8.1f\n", one_island);
+  std::printf("  two islands of 2 (DCN between) %8.1f   ratio %.2f\n", two_islands, two_islands / one_island);
+}
+
+}  // namespace
+}  // namespace causeway::bench
+
+int main(int argc, char** argv) {
+  using namespace causeway::bench;
+  ProgramName() = "causeway_island_bench";
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  signal(SIGPIPE, SIG_IGN);
+  int samples = 9;
+  std::vector<int> sizes = {1, 4, 16, 64, 256};
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (absl::StartsWith(arg, "--samples=")) {
+      if (!absl::SimpleAtoi(arg.substr(10), &samples) || samples < 1) return 2;
+    } else if (absl::StartsWith(arg, "--sizes=")) {
+      sizes.clear();
+      for (absl::string_view s : absl::StrSplit(arg.substr(8), ',')) {
+        int v;
+        if (!absl::SimpleAtoi(s, &v) || v < 1 || v > 1024) return 2;
+        sizes.push_back(v);
+      }
+    } else if (absl::StartsWith(arg, "--only=")) {
+      only = arg.substr(7);
+    } else {
+      std::fprintf(stderr, "usage: %s [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (only.empty() || only == "transfer") TransferBench(samples, sizes);
+  if (only.empty() || only == "program") ProgramBench(samples);
+  return 0;
+}
