@@ -62,6 +62,11 @@ absl::StatusCode PeerCode(int32_t code) {
 
 }  // namespace
 
+absl::Status StatusFromPeer(int32_t code, std::string message) {
+  if (code == 0) return absl::OkStatus();
+  return absl::Status(PeerCode(code), std::move(message));
+}
+
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(const SocketAddress& address,
                                                                 const ClientHandshakeOptions& handshake,
                                                                 const ConnectionOptions& options,

@@ -96,6 +96,11 @@ struct ConnectionOptions {
 // than peer_timeout fails the connection.
 using RequestHandler = std::function<absl::StatusOr<Response>(const Request&)>;
 
+// The status a peer reported as a Status message's fields (`code` an
+// absl::StatusCode value): OK for 0, Unknown for a code this side does not
+// know, else that code with `message`.
+absl::Status StatusFromPeer(int32_t code, std::string message);
+
 // Thread-safe: Call, Notify, SendData, Close and status() may be used from
 // any thread at once. Destruction closes the connection if it is still healthy (with the
 // reason "connection destroyed"), waits for a handler that is running, joins

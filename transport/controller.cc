@@ -16,18 +16,6 @@
 #include "transport/launch.h"
 
 namespace causeway::transport {
-namespace {
-
-absl::Status FromCode(int32_t code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(message);
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
-}  // namespace
-
 struct Controller::Island {
   std::string address;
   std::unique_ptr<Connection> connection;
@@ -402,7 +390,7 @@ void Controller::HandleNote(int island, const std::string& note) {
       if (it == runs_.end()) return;
       std::shared_ptr<PendingRun> run = it->second;
       runs_.erase(it);
-      absl::Status s = FromCode(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message()));
+      absl::Status s = StatusFromPeer(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message()));
       if (run->status.ok() && !s.ok()) run->status = s;
       if (--run->remaining == 0) {
         finished = run->promise;
@@ -421,7 +409,7 @@ void Controller::HandleNote(int island, const std::string& note) {
       if (it == fetches_.end()) return;
       promise = it->second->promise;
     }
-    promise->Set(FromCode(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message())));
+    promise->Set(StatusFromPeer(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message())));
   }
 }
 

@@ -36,14 +36,6 @@ Request IslandCall(const IslandRequest& request) {
   return out;
 }
 
-absl::Status FromCode(int32_t code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(message);
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
-}
-
 // Runs jobs one at a time, in order, on a thread of its own.
 class JobQueue {
  public:
@@ -497,7 +489,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       case IslandRequest::kChannelFailed: {
         const ChannelFailed& f = in.channel_failed();
         if (auto r = server_->FindReceiver(f.channel())) {
-          r->inbox().Fail(f.tag(), FromCode(f.code() == 0 ? 2 : f.code(), absl::StrCat(r->Describe(), ": ", f.message())));
+          r->inbox().Fail(f.tag(), StatusFromPeer(f.code() == 0 ? 2 : f.code(), absl::StrCat(r->Describe(), ": ", f.message())));
         }
         break;
       }
