@@ -11,6 +11,15 @@
 namespace causeway {
 namespace {
 
+// Bytes copied between accelerators (ICI), as a running total in traces.
+void TraceIciBytes(uint64_t bytes) {
+  static std::atomic<uint64_t> total{0};
+  Tracer::Get().Counter("ICI bytes", -1, static_cast<double>(total.fetch_add(bytes) + bytes));
+}
+
+}  // namespace
+namespace {
+
 // How long the completion thread sleeps in one device wait before it looks
 // at the shutdown flag again.
 constexpr uint64_t kCompletionPollNs = 200'000'000;
@@ -91,7 +100,11 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   ASSIGN_OR_RETURN(self->readback_pool_, MemoryPool::Create(self.get(), device, pool));
   self->imports_ = std::make_unique<ImportCache>(device);
 
+  self->ring_counter_ = absl::StrCat("ring occupancy: accelerator ", index);
   self->completion_thread_ = std::thread([a = self.get()] { a->CompletionLoop(); });
+  // A clock that cannot be placed leaves device times on their own clock in
+  // traces; nothing else depends on it.
+  (void)self->CalibrateClock();
   return self;
 }
 
@@ -175,6 +188,60 @@ bool Accelerator::has_timestamps() const {
   return false;
 }
 
+absl::Status Accelerator::CalibrateClock() {
+  Tracer& tracer = Tracer::Get();
+  if (device_->calibrated_timestamps()) {
+    absl::StatusOr<int64_t> offset = device_->CalibrateClock();
+    if (offset.ok()) {
+      clock_offset_ns_ = *offset;
+      clock_source_ = 1;
+      tracer.NameAccelerator(index_, name(), clock_source());
+      return absl::OkStatus();
+    }
+  }
+  if (!has_timestamps()) {
+    tracer.NameAccelerator(index_, name(), clock_source());
+    return absl::UnimplementedError(absl::StrCat(name(), " writes no timestamps"));
+  }
+  ASSIGN_OR_RETURN(int64_t offset, MeasureClockOffset());
+  clock_offset_ns_ = offset;
+  clock_source_ = 2;
+  tracer.NameAccelerator(index_, name(), clock_source());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Accelerator::MeasureClockOffset() {
+  if (!has_timestamps()) return absl::UnimplementedError(absl::StrCat(name(), " writes no timestamps"));
+  // The device's clock at the start of a one-command list lies between the
+  // host's readings before the submit and after the wait.
+  ASSIGN_OR_RETURN(auto buffer, CreateBuffer(256));
+  ASSIGN_OR_RETURN(auto list, CreateCommandList("clock"));
+  RETURN_IF_ERROR(list->Fill(BufferArg(buffer, 0, 256), 0));
+  int64_t best_bracket = INT64_MAX, offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    int64_t device_start = -1;
+    SubmitOptions options;
+    options.on_device_start = [&device_start](int64_t ns) { device_start = ns; };
+    int64_t before = Tracer::NowNs();
+    RETURN_IF_ERROR(Submit(list, {}, std::move(options)).Await());
+    int64_t after = Tracer::NowNs();
+    if (device_start >= 0 && after - before < best_bracket) {
+      best_bracket = after - before;
+      offset = before + (after - before) / 2 - device_start;
+    }
+  }
+  if (best_bracket == INT64_MAX) return absl::InternalError(absl::StrCat(name(), ": no timestamp came back"));
+  return offset;
+}
+
+std::string Accelerator::clock_source() const {
+  switch (clock_source_.load()) {
+    case 1: return "calibrated";
+    case 2: return "measured";
+    default: return "none";
+  }
+}
+
 uint64_t Accelerator::submitted_value() const {
   absl::MutexLock lock(&ring_mu_);
   return next_value_;
@@ -205,8 +272,11 @@ Future<> Accelerator::Submit(const std::shared_ptr<CommandList>& list, absl::Spa
 Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
                                      std::vector<std::function<void()>> on_done, SubmitOptions options) {
   HostSpan span("submit");
-  if (options.on_device_time && !has_timestamps()) options.on_device_time = nullptr;
-  const bool timed = static_cast<bool>(options.on_device_time);
+  if (!has_timestamps()) {
+    options.on_device_time = nullptr;
+    options.on_device_start = nullptr;
+  }
+  const bool timed = options.on_device_time || options.on_device_start;
   // Inputs that already failed fail this submission without running it.
   for (const Future<>& w : waits) {
     if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
@@ -245,6 +315,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         slot->list = list;
         slot->on_done = std::move(on_done);
         slot->on_device_time = std::move(options.on_device_time);
+        slot->on_device_start = std::move(options.on_device_start);
         slot->inputs.assign(waits.begin(), waits.end());
         break;
       }
@@ -271,6 +342,17 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     if (owner != nullptr && owner->device_ != device_ && !w.IsReady()) remote.push_back(&w);
   }
   const bool join_remote = remote.size() > 1;
+  // What the queue waits on, for the trace.
+  std::string traced_waits;
+  auto trace_wait = [&](const Accelerator* owner, uint64_t v) {
+    if (!span.active()) return;
+    if (!traced_waits.empty()) traced_waits += ",";
+    if (owner == nullptr) {
+      traced_waits += "{\"host\":true}";
+    } else {
+      absl::StrAppend(&traced_waits, "{\"accelerator\":", owner->index_, ",\"submission\":", v, "}");
+    }
+  };
   if (join_remote) {
     struct Join {
       std::atomic<int> left;
@@ -279,6 +361,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     auto join = std::make_shared<Join>();
     join->left = static_cast<int>(remote.size());
     for (const Future<>* w : remote) {
+      trace_wait(dynamic_cast<const Accelerator*>(w->timeline_driver()), w->timeline_value());
       // Failures are the slot's to see when it retires (it checks its inputs).
       w->OnReady([join](const absl::Status&) {
         if (join->left.fetch_sub(1) == 1) join->done.Set(absl::OkStatus());
@@ -297,6 +380,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
     if (owner == nullptr) {
       if (w.IsReady()) continue;
+      trace_wait(nullptr, 0);
       auto gate = AddHostGate(w);
       if (!gate.ok()) {
         status = gate.status();
@@ -308,6 +392,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     }
     if (owner == this) continue;  // same queue: in order
     if (owner->device_ == device_) {
+      trace_wait(owner, w.timeline_value());
       wait_sems.push_back(owner->timeline_);
       wait_values.push_back(w.timeline_value());
       continue;
@@ -319,6 +404,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       break;
     }
     if (owner->AddRelayTarget(w.timeline_value(), this)) {
+      trace_wait(owner, w.timeline_value());
       wait_sems.push_back(*relay);
       wait_values.push_back(w.timeline_value());
     }
@@ -378,6 +464,13 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     return future;
   }
   Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
+  if (span.active()) {
+    if (list->peer_copy_bytes() > 0) TraceIciBytes(list->peer_copy_bytes());
+    span.set_flow(TraceFlowId(index_, value));
+    span.set_args(absl::StrCat("\"accelerator\":", index_, ",\"submission\":", value, ",\"waits\":[",
+                               traced_waits, "]"));
+    Tracer::Get().Counter(ring_counter_, index_, static_cast<double>(value - retired_value()));
+  }
   return future;
 }
 
@@ -501,6 +594,7 @@ void Accelerator::WantCompletion(uint64_t value) {
 }
 
 void Accelerator::CompletionLoop() {
+  Tracer::NameThread(absl::StrCat("completion ", index_));
   while (true) {
     uint64_t target;
     {
@@ -538,6 +632,7 @@ void Accelerator::Retire() {
   // Callbacks run under this lock, in order; they must not block on this
   // accelerator (see Future::OnReady).
   retire_mu_.Lock();
+  std::optional<HostSpan> span;  // made once something retires
   uint64_t reached = 0;
   vkGetSemaphoreCounterValue(device_->handle(), timeline_, &reached);
   while (true) {
@@ -557,7 +652,9 @@ void Accelerator::Retire() {
       slot.inputs = std::move(s.inputs);
       slot.on_done = std::move(s.on_done);
       slot.on_device_time = std::move(s.on_device_time);
+      slot.on_device_start = std::move(s.on_device_start);
     }
+    if (!span) span.emplace("complete");
     absl::Status status = slot.status;
     for (const Future<>& in : slot.inputs) {
       if (!status.ok()) break;
@@ -570,7 +667,9 @@ void Accelerator::Retire() {
     }
     int64_t device_ns = -1;
     if (slot.recording != nullptr) {
-      device_ns = slot.list->CollectTimestamps(slot.recording, index_, slot.value);
+      int64_t list_begin = -1;
+      device_ns = slot.list->CollectTimestamps(slot.recording, index_, slot.value, clock_offset_ns(), &list_begin);
+      if (status.ok() && slot.on_device_start && list_begin >= 0) slot.on_device_start(list_begin);
       slot.list->ReleaseRecording(slot.recording);
     }
     if (status.ok()) {
@@ -579,6 +678,7 @@ void Accelerator::Retire() {
     }
     slot.on_done.clear();
     slot.on_device_time = nullptr;
+    slot.on_device_start = nullptr;
     slot.list.reset();  // may free buffers and staging memory
     {
       absl::MutexLock lock(&ring_mu_);
@@ -589,7 +689,14 @@ void Accelerator::Retire() {
       wanted_.erase(wanted_.begin(), wanted_.upper_bound(retired_value_));
     }
     slot.promise->Set(status);
-    for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
+    if (!slot.relay_targets.empty()) {
+      HostSpan relay("relay");
+      for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
+    }
+    if (span->active()) {
+      span->set_args(absl::StrCat("\"accelerator\":", index_, ",\"through\":", slot.value));
+      Tracer::Get().Counter(ring_counter_, index_, static_cast<double>(submitted_value() - slot.value));
+    }
   }
   retire_mu_.Unlock();
 }
@@ -746,6 +853,7 @@ Future<> Accelerator::HostStagedCopy(const BufferArg& src, const BufferArg& dst,
   if (!staging.ok()) return Future<>::Ready(staging.status());
   std::shared_ptr<Buffer> stage = *staging;
   Future<> downloaded = from->Download(src.buffer, stage->mapped(), size, src.offset, waits);
+  if (Tracer::Get().enabled()) TraceIciBytes(size);
   auto list = CreateCommandList("copy-staged");
   if (!list.ok()) return Future<>::Ready(list.status());
   absl::Status s = (*list)->Copy(BufferArg(stage, 0, size), dst);

@@ -80,6 +80,10 @@ struct SubmitOptions {
   // accelerator. Null: the list is not timed (no timestamps, no cost). Never
   // called where the queue has no timestamps (Accelerator::has_timestamps).
   std::function<void(int64_t)> on_device_time;
+  // Called with the device timestamp (ns on the device's own clock) at the
+  // start of the list when it retires successfully (clock calibration).
+  // Null: not asked. Never called where the queue has no timestamps.
+  std::function<void(int64_t)> on_device_start;
 };
 
 // Test hooks to make real failures happen on purpose.
@@ -109,6 +113,18 @@ class Accelerator final : public TimelineDriver {
   VkQueue queue() const { return queue_; }
   // Whether this queue writes timestamps (device times, traces).
   bool has_timestamps() const;
+  // Places this accelerator's timestamps on the host's CLOCK_MONOTONIC:
+  // through VK_EXT_calibrated_timestamps where the device has it, otherwise
+  // by a timestamp written by a submission bracketed by host clock reads
+  // (the tightest of three). Done at creation; again on demand (drift).
+  absl::Status CalibrateClock();
+  // Host ns minus device ns; and how it was found: "calibrated", "measured"
+  // or "none" (no timestamps).
+  int64_t clock_offset_ns() const { return clock_offset_ns_.load(std::memory_order_relaxed); }
+  std::string clock_source() const;
+  // The offset by the measured method alone (host ns minus device ns; its
+  // error is at most half a submit-and-wait).
+  absl::StatusOr<int64_t> MeasureClockOffset();
   uint32_t ring_capacity() const { return capacity_; }
 
   // --- memory ---
@@ -180,6 +196,7 @@ class Accelerator final : public TimelineDriver {
     std::vector<Accelerator*> relay_targets;
     std::vector<std::function<void()>> on_done;  // host steps, run at success
     std::function<void(int64_t)> on_device_time;
+    std::function<void(int64_t)> on_device_start;
   };
   // Waits on host futures: gate values are handed out in submission order and
   // the gate semaphore is raised to the highest value below which every host
@@ -240,6 +257,10 @@ class Accelerator final : public TimelineDriver {
   std::unique_ptr<MemoryPool> readback_pool_;
   std::unique_ptr<ImportCache> imports_;
   FaultInjection faults_;
+  std::atomic<int64_t> clock_offset_ns_{0};
+  std::atomic<int> clock_source_{0};  // 0 none, 1 calibrated, 2 measured
+  // Trace counter names, made once.
+  std::string ring_counter_;
 
   // Serializes submissions: timeline values must reach the queue in order.
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(ring_mu_);

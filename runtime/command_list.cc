@@ -184,6 +184,9 @@ absl::Status CommandList::CopyRegions(const std::shared_ptr<Buffer>& src, const 
   c.args = {BufferArg(src, src_lo, src_hi - src_lo), BufferArg(dst, dst_lo, dst_hi - dst_lo)};
   c.name = "copy";
   Accelerator* from = src->accelerator();
+  if (from != accelerator_) {
+    for (const CopyRegion& r : regions) peer_copy_bytes_ += r.size;
+  }
   switch (accelerator_->PathFor(*src)) {
     case CopyPath::kSameQueue:
     case CopyPath::kSameDevice:
@@ -454,13 +457,15 @@ absl::Status CommandList::Record(Recording* r) {
   return absl::OkStatus();
 }
 
-int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value) {
+int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value,
+                                       int64_t clock_offset_ns, int64_t* list_begin) {
   if (r->queries == VK_NULL_HANDLE) return -1;
   const bool per_command = r->timing == Timing::kCommands;
   absl::InlinedVector<uint64_t, 8> ticks(per_command ? 2 * commands_.size() : 2);
   std::memcpy(ticks.data(), r->query_results->mapped(), ticks.size() * sizeof(uint64_t));
   double period = accelerator_->info().limits.timestampPeriod;  // ns per tick, a float
   auto ns = [period](uint64_t t) { return static_cast<int64_t>(static_cast<double>(t) * period); };
+  if (list_begin != nullptr && !ticks.empty()) *list_begin = ns(ticks[0]);
   if (!per_command) return std::max<int64_t>(0, ns(ticks[1]) - ns(ticks[0]));
   Tracer& tracer = Tracer::Get();
   int64_t total = 0;
@@ -469,10 +474,12 @@ int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint
     e.kind = TraceEvent::kDevice;
     e.name = commands_[i].name;
     e.track = accelerator_index;
-    e.begin_ns = ns(ticks[2 * i]);
-    e.end_ns = ns(ticks[2 * i + 1]);
+    e.begin_ns = ns(ticks[2 * i]) + clock_offset_ns;
+    e.end_ns = ns(ticks[2 * i + 1]) + clock_offset_ns;
     e.timeline_value = timeline_value;
     e.list = label_;
+    if (i == 0) e.flow = TraceFlowId(accelerator_index, timeline_value);
+    e.args = absl::StrCat("\"command\":", i);
     total += std::max<int64_t>(0, e.end_ns - e.begin_ns);
     tracer.Add(std::move(e));
   }

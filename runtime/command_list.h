@@ -92,6 +92,8 @@ class CommandList {
 
   Accelerator* accelerator() const { return accelerator_; }
   size_t size() const { return commands_.size(); }
+  // Bytes this list copies from other accelerators' memory (ICI) per run.
+  uint64_t peer_copy_bytes() const { return peer_copy_bytes_; }
   bool sealed() const;
   const std::string& label() const { return label_; }
 
@@ -134,13 +136,18 @@ class CommandList {
   void ReleaseRecording(Recording* r);
   absl::Status Record(Recording* r);
   // Reads a finished recording's timestamps: trace events for each command
-  // of a traced one; returns its device time in ns (the sum over commands
-  // when traced), or -1 when it has none.
-  int64_t CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value);
+  // of a traced one, placed on the host clock by adding `clock_offset_ns`
+  // (the first with the flow of its submission); returns its device time in
+  // ns (the sum over commands when traced), or -1 when it has none.
+  // `list_begin` (if not null) gets the list's first timestamp in ns on the
+  // device's own clock.
+  int64_t CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value, int64_t clock_offset_ns,
+                            int64_t* list_begin = nullptr);
 
   Accelerator* accelerator_;
   std::string label_;
   std::vector<Command> commands_;
+  uint64_t peer_copy_bytes_ = 0;
   VkCommandPool pool_ = VK_NULL_HANDLE;
 
   mutable absl::Mutex mu_;

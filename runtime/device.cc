@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,28 @@ std::vector<char> ReadCacheFile(const std::string& path, const PhysicalDeviceInf
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> Device::CalibrateClock() const {
+  if (get_calibrated_timestamps_fn_ == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("device '", info_.name, "' has no calibrated timestamps"));
+  }
+  VkCalibratedTimestampInfoEXT infos[2] = {{VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT},
+                                           {VK_STRUCTURE_TYPE_CALIBRATED_TIMESTAMP_INFO_EXT}};
+  infos[0].timeDomain = VK_TIME_DOMAIN_DEVICE_EXT;
+  infos[1].timeDomain = VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT;
+  const double period = info_.limits.timestampPeriod;
+  uint64_t best_deviation = UINT64_MAX;
+  int64_t offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    uint64_t stamps[2], deviation = 0;
+    VK_RETURN_IF_ERROR(get_calibrated_timestamps_fn_(device_, 2, infos, stamps, &deviation));
+    if (deviation < best_deviation) {
+      best_deviation = deviation;
+      offset = static_cast<int64_t>(stamps[1]) - static_cast<int64_t>(static_cast<double>(stamps[0]) * period);
+    }
+  }
+  return offset;
+}
 
 std::string Device::DefaultCacheDir() {
   if (const char* d = std::getenv("CAUSEWAY_CACHE_DIR"); d != nullptr && *d) return d;
@@ -81,6 +104,23 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   bool push = options.use_push_descriptors && info.push_descriptor;
   bool external = options.enable_external_memory && info.external_memory_fd;
   if (push) extensions.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+  // Calibrated timestamps need both the device's and the host's monotonic
+  // time domain.
+  bool calibrated = false;
+  if (info.calibrated_timestamps) {
+    auto domains_fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCalibrateableTimeDomainsEXT>(
+        vkGetInstanceProcAddr(self->instance_->handle(), "vkGetPhysicalDeviceCalibrateableTimeDomainsEXT"));
+    uint32_t count = 0;
+    if (domains_fn != nullptr && domains_fn(info.handle, &count, nullptr) == VK_SUCCESS) {
+      std::vector<VkTimeDomainEXT> domains(count);
+      if (domains_fn(info.handle, &count, domains.data()) == VK_SUCCESS) {
+        domains.resize(count);
+        auto has = [&](VkTimeDomainEXT d) { return std::find(domains.begin(), domains.end(), d) != domains.end(); };
+        calibrated = has(VK_TIME_DOMAIN_DEVICE_EXT) && has(VK_TIME_DOMAIN_CLOCK_MONOTONIC_EXT);
+      }
+    }
+  }
+  if (calibrated) extensions.push_back(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);
   if (external) {
     extensions.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   }
@@ -115,6 +155,10 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   if (external) {
     self->get_memory_fd_fn_ = reinterpret_cast<PFN_vkGetMemoryFdKHR>(
         vkGetDeviceProcAddr(self->device_, "vkGetMemoryFdKHR"));
+  }
+  if (calibrated) {
+    self->get_calibrated_timestamps_fn_ = reinterpret_cast<PFN_vkGetCalibratedTimestampsEXT>(
+        vkGetDeviceProcAddr(self->device_, "vkGetCalibratedTimestampsEXT"));
   }
 
   // The pipeline cache, kept on disk per physical device and driver.

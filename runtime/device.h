@@ -74,6 +74,14 @@ class Device {
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return push_descriptor_fn_; }
   PFN_vkGetMemoryFdKHR get_memory_fd_fn() const { return get_memory_fd_fn_; }
 
+  // Whether the device's timestamps can be read against CLOCK_MONOTONIC
+  // (VK_EXT_calibrated_timestamps with both time domains).
+  bool calibrated_timestamps() const { return get_calibrated_timestamps_fn_ != nullptr; }
+  // Host CLOCK_MONOTONIC ns minus device timestamp ns, read now (the pair of
+  // readings with the least deviation of three); Unimplemented without
+  // calibrated_timestamps().
+  absl::StatusOr<int64_t> CalibrateClock() const;
+
   // $CAUSEWAY_CACHE_DIR, else $XDG_CACHE_HOME/causeway, else $HOME/.cache/causeway.
   static std::string DefaultCacheDir();
 
@@ -88,6 +96,7 @@ class Device {
   std::string cache_path_;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn_ = nullptr;
   PFN_vkGetMemoryFdKHR get_memory_fd_fn_ = nullptr;
+  PFN_vkGetCalibratedTimestampsEXT get_calibrated_timestamps_fn_ = nullptr;
 
   absl::Mutex mu_;
   // Keyed by kernel hash and specialization values.

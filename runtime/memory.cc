@@ -9,7 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/accelerator.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 #include "runtime/vk_status.h"
 
 namespace causeway {
@@ -301,7 +303,16 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
   buffer->offset_ = offset;
   buffer->reserved_ = reserved;
   in_use_ += reserved;
+  TraceInUseLocked();
   return buffer;
+}
+
+void MemoryPool::TraceInUseLocked() {
+  if (options_.kind != MemoryKind::kDevice || accelerator_ == nullptr) return;
+  Tracer& tracer = Tracer::Get();
+  if (!tracer.enabled()) return;
+  tracer.Counter(absl::StrCat("memory in use: accelerator ", accelerator_->index()), accelerator_->index(),
+                 static_cast<double>(in_use_));
 }
 
 void MemoryPool::Release(Buffer* buffer) {
@@ -309,6 +320,7 @@ void MemoryPool::Release(Buffer* buffer) {
   MemoryBlock* block = buffer->block_;
   (void)block->ranges.Free(buffer->offset_);
   in_use_ -= buffer->reserved_;
+  TraceInUseLocked();
   if (block->ranges.empty() && block->dedicated) {
     // Keep it for the next buffer of about its size, with its pages and
     // peers' imports, unless the spares are full.

@@ -149,6 +149,8 @@ class MemoryPool {
 
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<MemoryBlock>> blocks_ ABSL_GUARDED_BY(mu_);
+  // A trace counter of in_use_ (device pools, when tracing).
+  void TraceInUseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<MemoryBlock*> spare_ ABSL_GUARDED_BY(mu_);  // oldest first; owned by blocks_

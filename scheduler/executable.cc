@@ -361,7 +361,8 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
 }
 
 absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g,
-                                                               const std::function<void(int64_t)>& on_device_time) {
+                                                               const std::function<void(int64_t)>& on_device_time,
+                                                               std::vector<int>* commands) {
   {
     absl::MutexLock lock(&mu_);
     if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
@@ -421,6 +422,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
       }
     }
     Future<> f = acc->Submit(list, waits, {on_device_time});
+    if (commands != nullptr) commands->push_back(static_cast<int>(list->size()));
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind != ProgramStep::kSend || inst->scratch[s][d].empty()) continue;
       Array& value = *run.values_[steps[s].inputs[0]];

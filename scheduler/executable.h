@@ -126,9 +126,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Submits gang call `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one at a time, in the gang order.
   // `on_device_time`, if set, gets each device's measured time (ns) as its
-  // submission retires.
+  // submission retires. `commands`, if not null, gets each device's number
+  // of commands (traces: how many device spans each submission records).
   absl::StatusOr<std::vector<Future<>>> DispatchStep(RunState& run, size_t s,
-                                                     const std::function<void(int64_t)>& on_device_time = nullptr);
+                                                     const std::function<void(int64_t)>& on_device_time = nullptr,
+                                                     std::vector<int>* commands = nullptr);
   const std::shared_ptr<GangCallCosts>& costs() const { return costs_; }
   // Marks `run` fully dispatched, or failed with gang calls from
   // `first_undone` on never dispatched (their outputs then carry the error).

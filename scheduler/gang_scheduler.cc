@@ -8,9 +8,12 @@
 
 namespace causeway {
 
-GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead)
-    : policy_(policy), mode_(mode), dispatch_ahead_(std::max(1, dispatch_ahead)) {
-  thread_ = std::thread([this] { Loop(); });
+GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead, std::string island)
+    : policy_(policy), mode_(mode), dispatch_ahead_(std::max(1, dispatch_ahead)), island_(std::move(island)) {
+  thread_ = std::thread([this] {
+    Tracer::NameThread(absl::StrCat("dispatcher ", island_));
+    Loop();
+  });
 }
 
 GangScheduler::~GangScheduler() {
@@ -115,6 +118,7 @@ std::shared_ptr<RunState> GangScheduler::PickLocked() {
 }
 
 void GangScheduler::Drain(const RunState* until) {
+  HostSpan span("schedule");
   dispatching_ = true;
   while (!stop_) {
     std::shared_ptr<RunState> run = PickLocked();
@@ -145,7 +149,7 @@ void GangScheduler::Drain(const RunState* until) {
       for (auto& [id, other] : clients_) contended |= id != run->client() && !other.runs.empty();
     }
     mu_.Unlock();
-    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, contended, std::move(on_device_time));
+    absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, sequence, contended, std::move(on_device_time));
     bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
     if (record_ && futures.ok()) {
@@ -172,10 +176,12 @@ void GangScheduler::Drain(const RunState* until) {
   dispatching_ = false;
 }
 
-absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, bool contended,
+absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run, size_t s, uint64_t sequence,
+                                                                  bool contended,
                                                                   std::function<void(int64_t)> on_device_time) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
+  if (span.active()) span.set_args(absl::StrCat("\"node\":", JsonQuote(exe.GangCallName(s))));
   const Mesh& mesh = exe.GangCallMesh(s);
   // Under contention keep at most dispatch_ahead_ gang calls in flight per
   // accelerator: the backlog stays in the queues, where the policy orders it.
@@ -187,7 +193,20 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
       ahead.pop_front();
     }
   }
-  auto futures = exe.DispatchStep(run, s, on_device_time);
+  std::vector<int> commands;
+  auto futures = exe.DispatchStep(run, s, on_device_time, span.active() ? &commands : nullptr);
+  if (span.active() && futures.ok()) {
+    // The call's place in the one order and its submissions, so that a trace
+    // shows (and can prove) the order every device ran the calls in.
+    std::string subs;
+    for (int d = 0; d < mesh.size() && d < static_cast<int>(commands.size()); ++d) {
+      absl::StrAppend(&subs, d == 0 ? "" : ",", "{\"accelerator\":", mesh.device(d)->index(),
+                      ",\"submission\":", (*futures)[d].timeline_value(), ",\"commands\":", commands[d], "}");
+    }
+    Tracer::Get().Instant("gang call", absl::StrCat("\"island\":", JsonQuote(island_), ",\"sequence\":", sequence,
+                                                    ",\"client\":", run.client(), ",\"node\":",
+                                                    JsonQuote(exe.GangCallName(s)), ",\"submissions\":[", subs, "]"));
+  }
   if (!futures.ok()) {
     absl::Status error(futures.status().code(),
                        absl::StrCat("node '", exe.GangCallName(s), "': ", futures.status().message()));

@@ -54,7 +54,8 @@ class GangScheduler {
   // `dispatch_ahead` gang calls are in flight on any accelerator; further ones
   // wait in the queues, where the policy orders them. A lone client, or FIFO,
   // is never held back.
-  GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead);
+  // `island` names the island in traces.
+  GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead, std::string island = "");
   ~GangScheduler();
 
   void AddClient(ClientId client, double weight);
@@ -96,7 +97,7 @@ class GangScheduler {
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dispatches step `s` of `run` (waiting for room on its accelerators);
   // its futures, one per device of the mesh.
-  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, bool contended,
+  absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, uint64_t sequence, bool contended,
                                                      std::function<void(int64_t)> on_device_time)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Dispatches gang calls in policy order until nothing is queued, or until
@@ -107,6 +108,7 @@ class GangScheduler {
   const SchedulingPolicy policy_;
   const DispatchMode mode_;
   const int dispatch_ahead_;
+  const std::string island_;
   // Gang calls in flight per accelerator; touched only by the thread that
   // holds the dispatching role (dispatching_).
   absl::flat_hash_map<const Accelerator*, std::deque<Future<>>> in_flight_;

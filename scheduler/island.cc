@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 
 namespace causeway {
 
@@ -11,7 +12,7 @@ Island::Island(Runtime* runtime, IslandOptions options)
     : runtime_(runtime),
       options_(std::move(options)),
       resources_(options_.name, runtime->accelerators()),
-      scheduler_(options_.policy, options_.dispatch, options_.dispatch_ahead) {}
+      scheduler_(options_.policy, options_.dispatch, options_.dispatch_ahead, options_.name) {}
 
 Island::~Island() = default;
 
@@ -62,6 +63,8 @@ absl::StatusOr<ArrayRef> Client::CreateArray(std::shared_ptr<Mesh> mesh, Shape s
 }
 
 absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const Program> program) {
+  HostSpan span("lower");
+  if (span.active() && program != nullptr) span.set_args(absl::StrCat("\"program\":", JsonQuote(program->name())));
   if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
   if (program == nullptr) return absl::InvalidArgumentError("Load: no program");
   for (const ProgramStep& s : program->steps()) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 
 namespace causeway {
 
@@ -148,6 +149,8 @@ ProgramBuilder& ProgramBuilder::CollectivePermute(std::string node, std::shared_
 }
 
 absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
+  HostSpan span("build");
+  if (span.active()) span.set_args(absl::StrCat("\"program\":", JsonQuote(name_)));
   auto program = std::shared_ptr<Program>(new Program());
   Program& p = *program;
   p.name_ = name_;

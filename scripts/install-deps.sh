@@ -16,6 +16,8 @@ PACKAGES=(
   libssl-dev
   # protobuf: the control messages of the transport's connections (library, protoc)
   libprotobuf-dev protobuf-compiler
+  # JSON for reading trace files; gnuplot draws the benchmark report's plots
+  nlohmann-json3-dev gnuplot-nox
 )
 
 missing=()

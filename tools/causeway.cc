@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/trace.h"
 #include "tools/commands.h"
 
 namespace {
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     PrintHelp(stderr);
     return 2;
   }
+  causeway::Tracer::NameThread("main");
   std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (name == "help" || name == "--help" || name == "-h") {

@@ -118,6 +118,8 @@ int DemoCommand(const std::vector<std::string>& args) {
   uint32_t n = static_cast<uint32_t>(*n64);
   int batches = static_cast<int>(*batches64), repeats = static_cast<int>(*repeats64);
 
+  auto trace = flags.StartTrace();
+  if (!trace.ok()) return fail(trace.status(), 2);
   auto rt = Runtime::Create(*options);
   if (!rt.ok()) return fail(rt.status(), 1);
   size_t stages = (*rt)->size();

@@ -41,6 +41,11 @@ int DevicesCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "causeway devices: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
+  auto trace = flags.StartTrace();
+  if (!trace.ok()) {
+    std::fprintf(stderr, "causeway devices: %s\n", std::string(trace.status().message()).c_str());
+    return 2;
+  }
   InstanceOptions io;
   io.validation = options->validation;
   auto instance = Instance::Create(io);

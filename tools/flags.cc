@@ -10,7 +10,14 @@
 namespace causeway::cli {
 
 Flags::Flags(std::vector<FlagSpec> specs) : specs_(std::move(specs)) {
+  specs_.push_back({"trace", "write a Chrome trace of the command to FILE (docs/trace-format.md)", ""});
   specs_.push_back({"help", "show this help", "", true});
+}
+
+absl::StatusOr<std::unique_ptr<TraceSession>> Flags::StartTrace() const {
+  std::string path = Get("trace");
+  if (path.empty()) return std::unique_ptr<TraceSession>();
+  return TraceSession::Start(path);
 }
 
 const FlagSpec* Flags::Find(const std::string& name) const {

@@ -1,5 +1,6 @@
 // A small flag parser for the causeway subcommands: --name=value, --name value,
-// --flag / --no-flag. Unknown flags are errors.
+// --flag / --no-flag. Unknown flags are errors. Every command has --help and
+// --trace FILE.
 #ifndef CAUSEWAY_TOOLS_FLAGS_H_
 #define CAUSEWAY_TOOLS_FLAGS_H_
 
@@ -9,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/runtime.h"
+#include "runtime/trace.h"
 
 namespace causeway::cli {
 
@@ -31,6 +33,9 @@ class Flags {
   bool Has(const std::string& name) const;  // given on the command line
   const std::vector<std::string>& positional() const { return positional_; }
   std::string Help() const;
+  // Every command takes --trace FILE (added by the constructor, as --help
+  // is): starts a trace session writing FILE when it was given, else null.
+  absl::StatusOr<std::unique_ptr<TraceSession>> StartTrace() const;
 
  private:
   const FlagSpec* Find(const std::string& name) const;

@@ -108,6 +108,9 @@ int IslandCommand(const std::vector<std::string>& args) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // Written when the island stops (SIGTERM, SIGINT).
+  auto trace = flags.StartTrace();
+  if (!trace.ok()) return fail(trace.status(), 2);
   auto runtime = Runtime::Create(*runtime_options);
   if (!runtime.ok()) return fail(runtime.status(), 1);
   auto server = IslandServer::Create(runtime->get(), options);

@@ -58,7 +58,18 @@ constexpr char kUsage[] =
     "passed on to the islands. If an island fails, the others are stopped (SIGTERM,\n"
     "then SIGKILL after 10 s) and launch exits 1; it exits 0 when every island ends\n"
     "cleanly, and 128+SIG after passing on signal SIG.\n"
+    "\n"
+    "--trace FILE traces every island: island i writes FILE with '.island-i' before\n"
+    "its extension (run.json: run.island-0.json, ...) when it exits.\n"
     "\n";
+
+// Island i's trace file: FILE with ".island-i" before its extension.
+std::string IslandTracePath(const std::string& trace, int id) {
+  size_t slash = trace.rfind('/');
+  size_t dot = trace.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) dot = trace.size();
+  return absl::StrCat(trace.substr(0, dot), ".island-", id, trace.substr(dot));
+}
 
 struct Child {
   int id = 0;
@@ -246,7 +257,7 @@ int Supervise(std::vector<Child>& children, const sigset_t& signals, bool stoppi
 // Starts the islands and supervises them, with the launch signals blocked
 // throughout (and taken with sigtimedwait); restores the mask after.
 int Run(std::vector<Child>& children, const std::string& coordinator, int n,
-        const std::vector<std::string>& extra) {
+        const std::vector<std::string>& extra, const std::string& trace) {
   sigset_t signals, old_mask;
   sigemptyset(&signals);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&signals, s);
@@ -261,6 +272,7 @@ int Run(std::vector<Child>& children, const std::string& coordinator, int n,
                                      "--coordinator", coordinator,    "--num-processes",
                                      absl::StrCat(n), "--process-id", absl::StrCat(child.id)};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    if (!trace.empty()) argv.push_back(absl::StrCat("--trace=", IslandTracePath(trace, child.id)));
     if (absl::Status status = Spawn(child, argv, old_mask); !status.ok()) {
       std::fprintf(stderr, "causeway launch: could not start %s: %s; stopping the other islands\n",
                    child.name.c_str(), Message(status).c_str());
@@ -365,7 +377,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
     children[i].address = address->ToString();
   }
   coordinator = children[0].address;
-  return Run(children, coordinator, count, extra);
+  return Run(children, coordinator, count, extra, flags.Get("trace"));
 }
 
 }  // namespace causeway::cli

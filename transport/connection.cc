@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 #include "transport/control.pb.h"
 #include "transport/frame.h"
 
@@ -98,8 +99,14 @@ Connection::Connection(Socket socket, PeerInfo peer, const ConnectionOptions& op
       handler_(std::move(handler)) {}
 
 void Connection::Start() {
-  reader_ = std::thread([this] { ReadLoop(); });
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  reader_ = std::thread([this] {
+    Tracer::NameThread("connection reader");
+    ReadLoop();
+  });
+  heartbeat_ = std::thread([this] {
+    Tracer::NameThread("connection heartbeat");
+    HeartbeatLoop();
+  });
 }
 
 Connection::~Connection() {
@@ -181,6 +188,13 @@ absl::Status Connection::SendData(uint64_t stream, uint64_t tag, uint64_t offset
                                                    ") runs past the end of the ", total, "-byte object"));
   }
   if (absl::Status current = status(); !current.ok()) return current;
+  HostSpan span("relay");
+  if (span.active()) {
+    span.set_args(absl::StrCat("\"direction\":\"send\",\"bytes\":", size, ",\"tag\":", tag,
+                               ",\"peer\":", JsonQuote(peer_description_)));
+    static std::atomic<uint64_t> dcn_sent{0};
+    Tracer::Get().Counter("DCN bytes sent", -1, static_cast<double>(dcn_sent.fetch_add(size) + size));
+  }
   uint64_t sent_bytes = 0;
   do {
     const uint64_t length = std::min(size - sent_bytes, kDataChunkBytes);
@@ -441,6 +455,14 @@ absl::Status Connection::HandleData(const DataHeader& header) {
                                             frame->length, " bytes"));
   }
   absl::Status read;
+  HostSpan span("relay");
+  if (span.active()) {
+    span.set_args(absl::StrCat("\"direction\":\"receive\",\"bytes\":", header.length(), ",\"tag\":",
+                               header.tag(), ",\"peer\":", JsonQuote(peer_description_)));
+    static std::atomic<uint64_t> dcn_received{0};
+    Tracer::Get().Counter("DCN bytes received", -1,
+                          static_cast<double>(dcn_received.fetch_add(header.length()) + header.length()));
+  }
   if (*where != nullptr) {
     read = socket_.ReadExact(*where, header.length(), deadline);
   } else {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
 #include "scheduler/split.h"
@@ -109,7 +110,10 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Connect(const std::vecto
     }
     c->islands_[i]->connection = *std::move(connection);
   }
-  c->watcher_ = std::thread([self = c.get()] { self->WatchLoop(); });
+  c->watcher_ = std::thread([self = c.get()] {
+    Tracer::NameThread("controller watcher");
+    self->WatchLoop();
+  });
   return c;
 }
 

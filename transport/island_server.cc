@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/status.h"
+#include "runtime/trace.h"
 #include "scheduler/inbox.h"
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
@@ -39,7 +40,11 @@ Request IslandCall(const IslandRequest& request) {
 // Runs jobs one at a time, in order, on a thread of its own.
 class JobQueue {
  public:
-  JobQueue() : thread_([this] { Loop(); }) {}
+  explicit JobQueue(std::string name)
+      : thread_([this, name = std::move(name)] {
+          Tracer::NameThread(name);
+          Loop();
+        }) {}
   ~JobQueue() {
     {
       absl::MutexLock lock(&mu_);
@@ -106,7 +111,7 @@ class IslandServer::PeerLink {
 
  private:
   std::unique_ptr<Connection> connection_;
-  JobQueue queue_;  // destroyed first: its jobs use the connection
+  JobQueue queue_{"peer sender"};  // destroyed first: its jobs use the connection
 };
 
 namespace {
@@ -192,7 +197,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
 
   // The handshake, then serving; on the session's own thread.
   void Start() {
-    thread_ = std::thread([self = shared_from_this()] { self->Run(); });
+    thread_ = std::thread([self = shared_from_this()] {
+      Tracer::NameThread("session");
+      self->Run();
+    });
   }
   void Join() {
     if (thread_.joinable()) thread_.join();
@@ -590,8 +598,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   absl::flat_hash_map<uint64_t, Upload> uploads_ ABSL_GUARDED_BY(mu_);
   // Made with the session, reset only by Teardown (after the connection,
   // whose reader pushes into them, is gone).
-  std::unique_ptr<JobQueue> worker_ = std::make_unique<JobQueue>();
-  std::unique_ptr<JobQueue> outbox_ = std::make_unique<JobQueue>();
+  std::unique_ptr<JobQueue> worker_ = std::make_unique<JobQueue>("session worker");
+  std::unique_ptr<JobQueue> outbox_ = std::make_unique<JobQueue>("session outbox");
 };
 
 IslandServer::IslandServer(Runtime* runtime, IslandServerOptions options)
@@ -616,8 +624,14 @@ absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runt
   ASSIGN_OR_RETURN(server->address_,
                    SocketAddress::Parse(absl::StrCat(where.ToString().substr(0, where.ToString().rfind(':')), ":",
                                                      server->listener_.port())));
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
-  server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+  server->acceptor_ = std::thread([s = server.get()] {
+    Tracer::NameThread("acceptor");
+    s->AcceptLoop();
+  });
+  server->reaper_ = std::thread([s = server.get()] {
+    Tracer::NameThread("reaper");
+    s->ReapLoop();
+  });
   return server;
 }
 
