@@ -120,6 +120,8 @@ std::string JsonQuote(const std::string& s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
       default:
         if (c < 0x20) {
           absl::StrAppendFormat(&out, "\\u%04x", c);

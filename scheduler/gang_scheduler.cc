@@ -7,9 +7,21 @@
 #include "runtime/trace.h"
 
 namespace causeway {
+namespace {
+
+uint64_t NextInstance() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+}  // namespace
 
 GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead, std::string island)
-    : policy_(policy), mode_(mode), dispatch_ahead_(std::max(1, dispatch_ahead)), island_(std::move(island)) {
+    : policy_(policy),
+      mode_(mode),
+      dispatch_ahead_(std::max(1, dispatch_ahead)),
+      island_(std::move(island)),
+      instance_(NextInstance()) {
   thread_ = std::thread([this] {
     Tracer::NameThread(absl::StrCat("dispatcher ", island_));
     Loop();
@@ -203,7 +215,8 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
       absl::StrAppend(&subs, d == 0 ? "" : ",", "{\"accelerator\":", mesh.device(d)->index(),
                       ",\"submission\":", (*futures)[d].timeline_value(), ",\"commands\":", commands[d], "}");
     }
-    Tracer::Get().Instant("gang call", absl::StrCat("\"island\":", JsonQuote(island_), ",\"sequence\":", sequence,
+    Tracer::Get().Instant("gang call", absl::StrCat("\"island\":", JsonQuote(island_), ",\"instance\":", instance_,
+                                                    ",\"sequence\":", sequence,
                                                     ",\"client\":", run.client(), ",\"node\":",
                                                     JsonQuote(exe.GangCallName(s)), ",\"submissions\":[", subs, "]"));
   }

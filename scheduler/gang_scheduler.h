@@ -109,6 +109,7 @@ class GangScheduler {
   const DispatchMode mode_;
   const int dispatch_ahead_;
   const std::string island_;
+  const uint64_t instance_;  // tells apart schedulers of one name in a trace
   // Gang calls in flight per accelerator; touched only by the thread that
   // holds the dispatching role (dispatching_).
   absl::flat_hash_map<const Accelerator*, std::deque<Future<>>> in_flight_;
