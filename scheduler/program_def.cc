@@ -119,6 +119,17 @@ absl::StatusOr<std::shared_ptr<const Kernel>> StepKernel(const std::string& what
       if (!kernel.ok()) return Prefixed(what, kernel.status());
       return *kernel;
     }
+    case KernelStepDef::kSpirvFile:
+    case KernelStepDef::kGlslFile: {
+      // Paths are for program files, which read them into `spirv` first
+      // (tools/program_file.h); a def from elsewhere carries its bytes.
+      const bool spv = step.kernel_case() == KernelStepDef::kSpirvFile;
+      const std::string& path = spv ? step.spirv_file() : step.glsl_file();
+      return Invalid(what, ": kernel by path (", spv ? "spirv_file" : "glsl_file", " '",
+                     absl::string_view(path).substr(0, kMaxDefNameBytes),
+                     "') not resolved; a def must carry its SPIR-V in `spirv` (only a program file "
+                     "reads kernels from files)");
+    }
     case KernelStepDef::KERNEL_NOT_SET:
       break;
   }
@@ -594,15 +605,25 @@ absl::StatusOr<ProgramDef> ParseProgramDefText(absl::string_view text, absl::str
     return Invalid(source_name, ": ", text.size(), " bytes; a program file may have at most ",
                    kMaxProgramTextBytes);
   }
+  ProgramDef def;
+  RETURN_IF_ERROR(ParseTextMessage(text, source_name, &def));
+  return def;
+}
+
+absl::Status ParseTextMessage(absl::string_view text, absl::string_view source_name,
+                              google::protobuf::Message* message,
+                              google::protobuf::TextFormat::ParseInfoTree* locations) {
   TextErrors errors(text, source_name);
   google::protobuf::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
-  ProgramDef def;
-  if (!parser.ParseFromString(std::string(text), &def)) {
-    if (errors.errors().empty()) return Invalid(source_name, ": not a ProgramDef in text format");
+  if (locations != nullptr) parser.WriteLocationsTo(locations);
+  if (!parser.ParseFromString(std::string(text), message)) {
+    if (errors.errors().empty()) {
+      return Invalid(source_name, ": not a ", message->GetDescriptor()->name(), " in text format");
+    }
     return Invalid(absl::StrJoin(errors.errors(), "; "));
   }
-  return def;
+  return absl::OkStatus();
 }
 
 std::string ProgramDefToText(const ProgramDef& def) {

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/text_format.h"
 #include "scheduler/array.h"
 #include "scheduler/channel.h"
 #include "scheduler/dtype.h"
@@ -83,6 +84,13 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
 // e.g. "program.txt:12:5: Expected identifier, got: }". Checks only the
 // syntax; BuildProgram checks the rest.
 absl::StatusOr<ProgramDef> ParseProgramDefText(absl::string_view text, absl::string_view source_name);
+// Parses `text` (protobuf text format) into `message`, with errors as
+// "SOURCE:LINE:COL: reason" (an unknown field or enum value is placed at its
+// name); `locations`, if not null, gets where each field was. Used for
+// ProgramDef and for files that hold one (tools/program_file.h).
+absl::Status ParseTextMessage(absl::string_view text, absl::string_view source_name,
+                              google::protobuf::Message* message,
+                              google::protobuf::TextFormat::ParseInfoTree* locations = nullptr);
 // `def` in text format (repeated numbers as lists), as ParseProgramDefText
 // reads it back.
 std::string ProgramDefToText(const ProgramDef& def);

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"demo", "run a chain of matmuls across accelerators, check it, time it", causeway::cli::DemoCommand},
     {"island", "host one island behind a socket, for controllers and other islands", causeway::cli::IslandCommand},
     {"launch", "start N island processes on this machine, for development", causeway::cli::LaunchCommand},
+    {"run", "run a program described in a program file", causeway::cli::RunCommand},
     {"trace", "read a trace file: summarize it, check its gang order", causeway::cli::TraceCommand},
 };
 

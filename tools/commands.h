@@ -12,6 +12,7 @@ int DevicesCommand(const std::vector<std::string>& args);
 int DemoCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
 int IslandCommand(const std::vector<std::string>& args);
+int RunCommand(const std::vector<std::string>& args);
 int TraceCommand(const std::vector<std::string>& args);
 
 }  // namespace causeway::cli

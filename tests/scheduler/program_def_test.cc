@@ -32,12 +32,14 @@
 #include "scheduler/island.h"
 #include "scheduler/local_channel.h"
 #include "shaders/builtin_shaders.h"
+#include "tests/testing/pipeline_program.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {
 
 using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::PipelineInCpp;
 using ::google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
 
@@ -161,29 +163,6 @@ constexpr char kPipelineText[] = R"text(
   nodes { name: "accumulate" call { function: "acc3" mesh: "b" inputs: ["v", "v"] outputs: "out" } }
   outputs: ["out", "t_full"]
 )text";
-
-// The pipeline built directly with ProgramBuilder.
-absl::StatusOr<std::shared_ptr<const Program>> PipelineInCpp(const std::shared_ptr<Mesh>& a,
-                                                             const std::shared_ptr<Mesh>& b) {
-  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {4, 16}));
-  ASSIGN_OR_RETURN(auto half, Function::Scale({4, 16}, 0.5f));
-  ASSIGN_OR_RETURN(auto mm, Function::Matmul(8, 16, 16));
-  ASSIGN_OR_RETURN(auto acc3, Function::RepeatedAdd({4, 16}, 3));
-  ProgramBuilder pb("pipeline");
-  pb.Parameter("x", a, {8, 16}, DType::kF32, Sharding::Split(0));
-  pb.Parameter("y", a, {8, 16}, DType::kF32, Sharding::Split(0));
-  pb.Parameter("w", b, {16, 16}, DType::kF32, Sharding::Replicated());
-  pb.Call("sum", add, a, {"x", "y"}, {"s"});
-  pb.Call("halve", half, a, {"s"}, {"t"});
-  pb.Reshard("gather", a, "t", "t_full", Sharding::Replicated());
-  pb.Call("matmul", mm, b, {"t_full", "w"}, {"u"});
-  pb.Reshard("split", b, "u", "u_split", Sharding::Split(0));
-  pb.AllReduce("allreduce", b, "u_split", "v", ReduceOp::kSum);
-  pb.Call("accumulate", acc3, b, {"v", "v"}, {"out"});
-  pb.Output("out");
-  pb.Output("t_full");
-  return pb.Build();
-}
 
 HostValues PipelineInputs(uint32_t seed) {
   return {{"x", reference::RandomFloats(8 * 16, seed)},
