@@ -18,13 +18,15 @@
 //              heartbeat frame.
 //
 // A sample is one untimed transfer, then transfers repeated until at least
-// kSampleBytes have moved; its figure is bytes / seconds per transfer (from
+// sample_bytes have moved; its figure is bytes / seconds per transfer (from
 // the first byte sent to the answer received), in GB/s (1e9 B/s). The cases
 // alternate sample by sample; medians of `--runs` samples are printed with
 // causeway's as a fraction of tcp's. Each size is checked once: the receiver
 // sends back a checksum of what it got, which must match the sender's.
 //
-//   causeway_dcn_bench [--runs=9] [--sizes=1,4,16,64,256]   (sizes in MiB)
+//   causeway_dcn_bench [--runs=9] [--sizes=1,4,16,64,256] [--quick] [--json=FILE]   (sizes in MiB)
+// --quick: 1 sample of at least 32 MiB moved, sizes 1 and 4 MiB (seconds,
+// for tests); --json: the figures as a list of results (bench_report.h).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -49,6 +51,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "transport/auth.h"
 #include "transport/frame.h"
@@ -63,7 +66,7 @@ using transport::Socket;
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kChunkBytes = 64 * kMiB;     // data frame payload at most
-constexpr double kSampleBytes = 256.0 * kMiB;   // at least this much a sample
+double sample_bytes = 256.0 * kMiB;  // at least this much a sample (--quick: 32 MiB)
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
 double NowSeconds() {
@@ -196,7 +199,7 @@ class Sender {
 
 double Bandwidth(uint64_t bytes, const std::function<void()>& transfer) {
   transfer();
-  const int reps = static_cast<int>(std::max<double>(1, kSampleBytes / bytes));
+  const int reps = static_cast<int>(std::max<double>(1, sample_bytes / bytes));
   double t0 = NowSeconds();
   for (int i = 0; i < reps; ++i) transfer();
   return bytes * reps / (NowSeconds() - t0) / 1e9;
@@ -214,8 +217,14 @@ std::vector<uint64_t> ParseSizes(absl::string_view text) {
 
 int Main(int argc, char** argv) {
   ProgramName() = "causeway_dcn_bench";
+  const CommonFlags common = TakeCommonFlags(argc, argv);
   int runs = 9;
   std::vector<uint64_t> sizes = ParseSizes("1,4,16,64,256");
+  if (common.quick) {
+    runs = 1;
+    sample_bytes = 32.0 * kMiB;
+    sizes = ParseSizes("1,4");
+  }
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (absl::ConsumePrefix(&arg, "--runs=")) {
@@ -223,7 +232,8 @@ int Main(int argc, char** argv) {
     } else if (absl::ConsumePrefix(&arg, "--sizes=")) {
       sizes = ParseSizes(arg);
     } else {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--sizes=1,4,16,64,256]   (sizes in MiB)\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--quick] [--json=FILE]   (sizes in MiB)\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -259,6 +269,7 @@ int Main(int argc, char** argv) {
               "causeway = authenticated connection, data frames of up to %s\n",
               runs, "64 MiB");
   std::printf("%8s %10s %10s %9s\n", "size", "tcp", "causeway", "/tcp");
+  Report report("dcn");
   for (uint64_t size : sizes) {
     const uint64_t want = Checksum(data.data(), size);
     if (sender.Tcp(data.data(), size) != want || sender.Causeway(data.data(), size) != want) {
@@ -271,12 +282,19 @@ int Main(int argc, char** argv) {
     auto samples = Alternate(runs, cases);
     const double t = Median(samples[0]), c = Median(samples[1]);
     std::printf("%5llu MiB %10.2f %10.2f %9.2f\n", static_cast<unsigned long long>(size / kMiB), t, c, c / t);
+    report.Add("transfer", absl::StrCat("transfer ", size / kMiB, " MiB"), "GB/s")
+        .Value(c)
+        .Baseline("TCP", t)
+        .Samples(runs)
+        .Param("bytes", static_cast<double>(size))
+        .Param("frame_bytes", static_cast<double>(kChunkBytes));
     std::fflush(stdout);
   }
   sender.Quit();
   int status = 0;
   waitpid(child, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("the receiver process failed");
+  report.WriteOrDie(common.json);
   return 0;
 }
 

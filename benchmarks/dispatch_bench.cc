@@ -18,7 +18,9 @@
 // Each case runs raw and Causeway alternately, `--runs` times; the medians and
 // their ratio (Causeway / raw; 1.00 = no overhead) are printed.
 //
-//   causeway_dispatch_bench [--runs=9] [--iterations=200] [--n=256]
+//   causeway_dispatch_bench [--runs=9] [--iterations=200] [--n=256] [--quick] [--json=FILE]
+// --quick: 3 runs, 20 iterations, n = 32 (seconds, for tests); --json: the
+// figures as a list of results (bench_report.h).
 // For steadier figures on a small machine: taskset -c 0, LP_NUM_THREADS=0.
 #include <algorithm>
 #include <cstdio>
@@ -32,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/ops.h"
@@ -216,7 +219,9 @@ struct Case {
 };
 
 int Main(int argc, char** argv) {
+  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
   int runs = 9, iterations = 200, n = 256;
+  if (common.quick) runs = 3, iterations = 20, n = 32;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag, int* out) {
@@ -229,7 +234,7 @@ int Main(int argc, char** argv) {
       return true;
     };
     if (!value("--runs", &runs) && !value("--iterations", &iterations) && !value("--n", &n)) {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--iterations=200] [--n=256]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--runs=9] [--iterations=200] [--n=256] [--quick] [--json=FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -290,6 +295,8 @@ int Main(int argc, char** argv) {
     CHECK_OK(i % 2 == 0 ? ops::Scale(*many, x, y, kElements, 1.0f) : ops::Scale(*many, y, x, kElements, 1.0f));
   }
 
+  // What each case's dispatches are, for the JSON report.
+  const int accelerators_of[] = {1, 1, 1, 2};
   std::vector<Case> cases = {
       {"submit-await",
        [&] {
@@ -340,7 +347,9 @@ int Main(int argc, char** argv) {
               runs, std::getenv("LP_NUM_THREADS") ? ", LP_NUM_THREADS=" : "",
               std::getenv("LP_NUM_THREADS") ? std::getenv("LP_NUM_THREADS") : "");
   std::printf("%-14s %12s %12s %8s\n", "case", "raw us/disp", "causeway", "ratio");
-  for (Case& c : cases) {
+  bench::Report report("dispatch");
+  for (size_t k = 0; k < cases.size(); ++k) {
+    Case& c = cases[k];
     c.raw();  // warm up both (pipelines, recordings, staging)
     c.causeway();
     std::vector<double> raw_us, cw_us;
@@ -356,7 +365,15 @@ int Main(int argc, char** argv) {
     }
     double mr = Median(raw_us), mc = Median(cw_us);
     std::printf("%-14s %12.2f %12.2f %8.2f\n", c.name.c_str(), mr, mc, mc / mr);
+    report.Add("dispatch", c.name, "us/dispatch", /*higher_is_better=*/false)
+        .Value(mc)
+        .Baseline("raw Vulkan", mr)
+        .Samples(runs)
+        .Param("dispatches", c.dispatches)
+        .Param("accelerators", accelerators_of[k])
+        .Param("elements", kElements);
   }
+  report.WriteOrDie(common.json);
   return 0;
 }
 
@@ -367,5 +384,6 @@ int main(int argc, char** argv) {
   // Debian's abseil is built with mutex deadlock detection on, which walks a
   // lock graph on every lock; the test suite keeps it, tools turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  causeway::bench::ProgramName() = "dispatch_bench";
   return causeway::Main(argc, argv);
 }

@@ -21,7 +21,7 @@
 // it is a plain vkCmdCopyBuffer. The path is printed.
 //
 // A sample is one untimed copy, then the copy repeated until it has moved at
-// least kSampleBytes (so the small sizes are not one timer tick); its figure
+// least sample_bytes (so the small sizes are not one timer tick); its figure
 // is bytes / seconds per timed copy, in GB/s (1e9 bytes). The three cases
 // alternate sample by sample (the order rotates), `--runs` samples each;
 // medians are printed, with each Causeway case's median as a fraction of
@@ -48,7 +48,10 @@
 // output), far below the 0.7 a machine with real links reaches.
 //
 //   causeway_ici_bench [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64]
-//                      [--only=copy|allreduce]   (sizes in MiB)
+//                      [--only=copy|allreduce] [--quick] [--json=FILE]   (sizes in MiB)
+// --quick: 1 sample of at least 16 MiB moved, sizes 1 and 4 MiB, all-reduce
+// 1 MiB (seconds, for tests); --json: the figures as a list of results
+// (bench_report.h).
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
 #include <sched.h>
 
@@ -68,6 +71,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
@@ -83,7 +87,7 @@ using bench::Median;
 using bench::Must;
 
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kSampleBytes = 64 * kMiB;  // a sample moves at least this much
+uint64_t sample_bytes = 64 * kMiB;  // a sample moves at least this much (--quick: 16 MiB)
 constexpr uint32_t kClearWord = 0xdeadbeef;   // the destination before a checked copy
 
 // Tells the compiler that memory may be read here, so that a memcpy whose
@@ -242,7 +246,7 @@ class AllReduceCase {
   double traffic_ = 0;
 };
 
-void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
+void AllReduceTable(const std::vector<uint64_t>& sizes, int runs, bench::Report& report) {
   constexpr int kMaxDevices = 8;
   const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
   RuntimeOptions options;
@@ -261,12 +265,12 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
   for (uint64_t size : sizes) {
     SizeCase copy(rt->accelerator(0), rt->accelerator(1), size);
     copy.Verify();
-    const int copy_reps = static_cast<int>(std::max<uint64_t>(1, kSampleBytes / size));
+    const int copy_reps = static_cast<int>(std::max<uint64_t>(1, sample_bytes / size));
     for (int n : {2, 4, 8}) {
       AllReduceCase ar(*island, n, size);
       ar.Verify();
       const double moved = size * 2.0 * (n - 1) / n;  // per device, per all-reduce
-      const int reps = static_cast<int>(std::max<double>(1, kSampleBytes / moved));
+      const int reps = static_cast<int>(std::max<double>(1, sample_bytes / moved));
       std::vector<std::function<double()>> cases = {
           [&] { return Bandwidth(size, copy_reps, [&] { copy.ListCopy(); }); },
           [&] { return Bandwidth(moved, reps, [&] { ar.Run(); }); },
@@ -276,15 +280,30 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs) {
       double c = Median(samples[0]), bus = Median(samples[1]);
       std::printf("%8s %3d %10.2f %10.2f %9.2f %9.2f  %s\n", FormatBytes(size).c_str(), n, c, bus, bus / c,
                   ar.SharedMemoryBound(), ar.algorithm().c_str());
+      report.Add("allreduce", absl::StrCat("all-reduce ", FormatBytes(size), " n=", n), "busbw GB/s")
+          .Value(bus)
+          .Baseline("copy", c)
+          .Samples(runs)
+          .Param("bytes", static_cast<double>(size))
+          .Param("accelerators", n)
+          .Param("algorithm", ar.algorithm())
+          .Extra("shared_memory_bound", ar.SharedMemoryBound());
       std::fflush(stdout);
     }
   }
 }
 
 int Main(int argc, char** argv) {
+  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
   int runs = 9;
   std::vector<uint64_t> sizes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
   std::vector<uint64_t> allreduce_sizes = {1 * kMiB, 16 * kMiB, 64 * kMiB};
+  if (common.quick) {
+    runs = 1;
+    sample_bytes = 16 * kMiB;
+    sizes = {1 * kMiB, 4 * kMiB};
+    allreduce_sizes = {1 * kMiB};
+  }
   std::string only;
   auto parse_sizes = [](absl::string_view flag, absl::string_view list, std::vector<uint64_t>* out) {
     out->clear();
@@ -310,13 +329,15 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64] "
-                   "[--only=copy|allreduce]   (sizes in MiB)\n",
+                   "[--only=copy|allreduce] [--quick] [--json=FILE]   (sizes in MiB)\n",
                    argv[0]);
       return 2;
     }
   }
+  bench::Report report("ici");
   if (only == "allreduce") {
-    AllReduceTable(allreduce_sizes, runs);
+    AllReduceTable(allreduce_sizes, runs, report);
+    report.WriteOrDie(common.json);
     return 0;
   }
   const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
@@ -349,7 +370,7 @@ int Main(int argc, char** argv) {
   for (uint64_t size : sizes) {
     SizeCase c(from, to, size);
     c.Verify();
-    const int reps = static_cast<int>(std::max<uint64_t>(1, kSampleBytes / size));
+    const int reps = static_cast<int>(std::max<uint64_t>(1, sample_bytes / size));
     std::vector<std::function<double()>> cases = {
         [&] { return Bandwidth(size, reps, [&] { c.Memcpy(); }); },
         [&] { return Bandwidth(size, reps, [&] { c.ListCopy(); }); },
@@ -359,12 +380,22 @@ int Main(int argc, char** argv) {
     auto samples = Alternate(runs, cases);
     double m = Median(samples[0]), l = Median(samples[1]), a = Median(samples[2]);
     std::printf("%8s %10.2f %10.2f %8.2f %10.2f %8.2f\n", FormatBytes(size).c_str(), m, l, l / m, a, a / m);
+    for (auto [method, value] : {std::pair("list", l), std::pair("Copy", a)}) {
+      report.Add("copy", absl::StrCat(method, " copy ", FormatBytes(size)), "GB/s")
+          .Value(value)
+          .Baseline("memcpy", m)
+          .Samples(runs)
+          .Param("bytes", static_cast<double>(size))
+          .Param("method", method)
+          .Param("path", CopyPathName(path));
+    }
     std::fflush(stdout);
   }
   if (only.empty()) {
     rt.reset();  // its memory, before the all-reduce runtime's
-    AllReduceTable(allreduce_sizes, runs);
+    AllReduceTable(allreduce_sizes, runs, report);
   }
+  report.WriteOrDie(common.json);
   return 0;
 }
 

@@ -20,7 +20,12 @@
 // The cases alternate sample by sample; medians of `--samples` are printed,
 // and the ratios. Islands are `causeway island` processes on the CPU driver.
 //
-//   causeway_island_bench [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program]
+//   causeway_island_bench [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program] [--quick]
+//                         [--json=FILE]
+// --quick: 1 sample, 1 MiB, 32 MiB per transfer sample, 4 program runs per
+// sample (seconds, for tests); --json: the figures as a list of results
+// (bench_report.h). The islands are started from the causeway binary this
+// was built with, or $CAUSEWAY_CLI (as `causeway bench` sets it).
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -29,6 +34,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -40,6 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/reference.h"
 #include "scheduler/program_def.h"
@@ -140,8 +147,12 @@ double TcpSample(TcpPeer& peer, const std::vector<char>& bytes, int transfers) {
 
 // --- islands ---
 
+uint64_t transfer_sample_bytes = uint64_t{512} << 20;  // at least this much a transfer sample (--quick: 32 MiB)
+int program_runs = 24;                                 // runs a program sample (--quick: 4)
+
 std::unique_ptr<IslandProcess> Island(const std::string& name, int accelerators) {
-  return Must(IslandProcess::Start(CAUSEWAY_CLI, name, {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+  const char* cli = std::getenv("CAUSEWAY_CLI");
+  return Must(IslandProcess::Start(cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name, {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
               "start an island");
 }
 
@@ -199,7 +210,7 @@ double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& pr
   return runs / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
-void TransferBench(int samples, const std::vector<int>& sizes_mib) {
+void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& report) {
   auto a = Island("a", 1), b = Island("b", 1);
   auto c = Must(Controller::Connect({a->address(), b->address()}), "connect");
   RemoteMesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
@@ -223,13 +234,19 @@ void TransferBench(int samples, const std::vector<int>& sizes_mib) {
       (void)c->Release(run.outputs[0]);
     }
     std::vector<char> tcp_bytes(bytes, 1);
-    const int transfers = std::max(2, static_cast<int>((uint64_t{512} << 20) / bytes));
+    const int transfers = std::max(2, static_cast<int>(transfer_sample_bytes / bytes));
     auto figures = Alternate(samples, {
         [&] { return TcpSample(*tcp, tcp_bytes, transfers); },
         [&] { return Stream(*c, program, {x}, transfers, 2) * bytes / 1e9; },
     });
     const double t = Median(figures[0]), cw = Median(figures[1]);
     std::printf("%7d MiB %10.2f %10.2f %8.2f\n", mib, t, cw, cw / t);
+    report.Add("transfer", absl::StrCat("island transfer ", mib, " MiB"), "GB/s")
+        .Value(cw)
+        .Baseline("TCP", t)
+        .Samples(samples)
+        .Param("bytes", static_cast<double>(bytes))
+        .Param("transfers_per_sample", transfers);
     std::fflush(stdout);
     (void)c->Release(x);
   }
@@ -258,8 +275,9 @@ ProgramDef PipelineDef(int stages, int n) {
   return def;
 }
 
-void ProgramBench(int samples) {
-  constexpr int kStages = 4, kN = 256, kRuns = 24;
+void ProgramBench(int samples, Report& report) {
+  constexpr int kStages = 4, kN = 256;
+  const int kRuns = program_runs;
   auto one = Island("one", 4);
   auto a = Island("a", 2), b = Island("b", 2);
   auto single = Must(Controller::Connect({one->address()}), "connect one");
@@ -292,6 +310,13 @@ void ProgramBench(int samples) {
               samples);
   std::printf("  one island of 4 accelerators   %8.1f\n", one_island);
   std::printf("  two islands of 2 (DCN between) %8.1f   ratio %.2f\n", two_islands, two_islands / one_island);
+  report.Add("program", "two islands of 2", "programs/s")
+      .Value(two_islands)
+      .Baseline("one island of 4", one_island)
+      .Samples(samples)
+      .Param("stages", kStages)
+      .Param("n", kN)
+      .Param("runs_per_sample", kRuns);
 }
 
 }  // namespace
@@ -302,8 +327,15 @@ int main(int argc, char** argv) {
   ProgramName() = "causeway_island_bench";
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   signal(SIGPIPE, SIG_IGN);
+  const CommonFlags common = TakeCommonFlags(argc, argv);
   int samples = 9;
   std::vector<int> sizes = {1, 4, 16, 64, 256};
+  if (common.quick) {
+    samples = 1;
+    sizes = {1};
+    transfer_sample_bytes = uint64_t{32} << 20;
+    program_runs = 4;
+  }
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -319,11 +351,16 @@ int main(int argc, char** argv) {
     } else if (absl::StartsWith(arg, "--only=")) {
       only = arg.substr(7);
     } else {
-      std::fprintf(stderr, "usage: %s [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program] [--quick] "
+                   "[--json=FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
-  if (only.empty() || only == "transfer") TransferBench(samples, sizes);
-  if (only.empty() || only == "program") ProgramBench(samples);
+  Report report("island");
+  if (only.empty() || only == "transfer") TransferBench(samples, sizes, report);
+  if (only.empty() || only == "program") ProgramBench(samples, report);
+  report.WriteOrDie(common.json);
   return 0;
 }

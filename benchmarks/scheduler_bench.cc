@@ -36,11 +36,13 @@
 //
 // Configurations of a table alternate sample by sample (the order rotates),
 // `--runs` samples each; medians are printed, and the ratios of medians taken
-// in the same run. A sample lasts about kSampleSeconds: its size is set from
+// in the same run. A sample lasts about sample_seconds: its size is set from
 // the rate seen in a warm-up. Every sample's result is downloaded and checked
 // (outside the timed part); a wrong value aborts the benchmark.
 //
-//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy]
+//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy] [--quick] [--json=FILE]
+// --quick: 1 sample of about 10 ms per figure (seconds, for tests); --json:
+// the figures as a list of results (bench_report.h).
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
 #include <sched.h>
 #include <sys/resource.h>
@@ -56,6 +58,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -64,6 +67,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "runtime/builtin_kernels.h"
+#include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
@@ -80,7 +84,7 @@ using bench::Die;
 using bench::Median;
 using bench::Must;
 
-constexpr double kSampleSeconds = 0.1;  // the length of one timed sample
+double sample_seconds = 0.1;  // the length of one timed sample (--quick: 0.01)
 constexpr int kChain = 128;             // computations in a Chained or Fused program
 constexpr uint32_t kScalar = 4;         // a scalar, padded to 4 floats
 constexpr uint32_t kStageFloats = 64;   // per pipeline stage
@@ -91,9 +95,9 @@ constexpr int kTenantClients[] = {1, 2, 4, 8};
 double Seconds(int64_t t0) { return (Tracer::NowNs() - t0) / 1e9; }
 
 // How many items (a multiple of `unit`, at least one unit) take about
-// kSampleSeconds at `per_second`.
+// sample_seconds at `per_second`.
 int SampleSize(double per_second, int unit) {
-  int units = static_cast<int>(per_second * kSampleSeconds / unit);
+  int units = static_cast<int>(per_second * sample_seconds / unit);
   return unit * std::clamp(units, 1, 1 << 20);
 }
 
@@ -244,7 +248,7 @@ class Reduction {
   std::shared_ptr<Executable> op_by_op_, chained_, fused_;
 };
 
-void DispatchTable(Runtime& rt, int runs) {
+void DispatchTable(Runtime& rt, int runs, bench::Report& report) {
   auto island = Must(Island::Create(&rt, {}), "Island::Create");
   std::printf(
       "\n1. dispatch (Pathways Fig. 5): computations/s; a computation = scalar all-reduce over n "
@@ -265,6 +269,15 @@ void DispatchTable(Runtime& rt, int runs) {
                                     [&] { return red.Fused(fused); }});
     double o = Median(samples[0]), c = Median(samples[1]), f = Median(samples[2]);
     std::printf("%4d %12.0f %12.0f %12.0f %14.2f %15.2f\n", n, o, c, f, c / f, c / o);
+    for (auto [mode, value, per_program] : {std::tuple("OpByOp", o, 1), std::tuple("Chained", c, kChain)}) {
+      report.Add("dispatch", absl::StrCat(mode, " n=", n), "computations/s")
+          .Value(value)
+          .Baseline("Fused", f)
+          .Samples(runs)
+          .Param("mode", mode)
+          .Param("accelerators", n)
+          .Param("computations_per_program", per_program);
+    }
     std::fflush(stdout);
   }
 }
@@ -320,7 +333,7 @@ class Pipeline {
   std::vector<float> want_;
 };
 
-void PipelineTable(Runtime& rt, int runs) {
+void PipelineTable(Runtime& rt, int runs, bench::Report& report) {
   IslandOptions async_options, sequential_options;
   async_options.name = "async";
   sequential_options.name = "sequential";
@@ -351,6 +364,16 @@ void PipelineTable(Runtime& rt, int runs) {
     for (auto& s : samples) us.push_back(Median(s) * 1e6);
     std::printf("%6d | %10.1f %10.1f %9.2f | %10.1f %10.1f %9.2f\n", stages, us[0], us[1], us[1] / us[0],
                 us[2], us[3], us[3] / us[2]);
+    for (int streamed : {0, 1}) {
+      const char* mode = streamed ? "streamed" : "latency";
+      report.Add("pipeline", absl::StrCat(mode, " ", stages, stages == 1 ? " stage" : " stages"), "runs/s")
+          .Value(1e6 / us[2 * streamed])
+          .Baseline("sequential dispatch", 1e6 / us[2 * streamed + 1])
+          .Samples(runs)
+          .Param("mode", mode)
+          .Param("stages", stages)
+          .Param("floats_per_stage", kStageFloats);
+    }
     std::fflush(stdout);
   }
 }
@@ -429,7 +452,7 @@ double RunTenants(std::vector<std::unique_ptr<Tenant>>& tenants, int total, Usag
   return each * tenants.size() / seconds;
 }
 
-void TenancyTable(int runs) {
+void TenancyTable(int runs, bench::Report& report) {
   constexpr int kTenancyAccelerators = 2;
   auto rt = MakeRuntime(kTenancyAccelerators);
   auto island = Must(Island::Create(rt.get(), {}), "Island::Create");
@@ -461,12 +484,24 @@ void TenancyTable(int runs) {
     double programs = static_cast<double>(total) * runs;
     std::printf("%8d %12.0f %12.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one,
                 usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
+    report.Add("tenancy", absl::StrCat(kTenantClients[g], kTenantClients[g] == 1 ? " client" : " clients"),
+               "programs/s")
+        .Value(m)
+        .Baseline("1 client", one)
+        .Samples(runs)
+        .Param("clients", kTenantClients[g])
+        .Param("accelerators", kTenancyAccelerators)
+        .Param("programs_per_sample", total)
+        .Extra("cpu_us_per_program", usage[g].cpu_seconds / programs * 1e6)
+        .Extra("switches_per_program", usage[g].switches / programs);
   }
   std::fflush(stdout);
 }
 
 int Main(int argc, char** argv) {
+  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
   int runs = 9;
+  if (common.quick) runs = 1, sample_seconds = 0.01;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -478,7 +513,8 @@ int Main(int argc, char** argv) {
         Die(absl::StrCat("--only takes dispatch, pipeline or tenancy, got '", only, "'"));
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy] [--quick] [--json=FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -486,15 +522,17 @@ int Main(int argc, char** argv) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   sched_getaffinity(0, sizeof(cpus), &cpus);
+  bench::Report report("scheduler");
   std::printf("scheduler dispatch benchmarks: %d samples per figure, %d CPUs%s%s\n", runs, CPU_COUNT(&cpus),
               lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
   if (only.empty() || only == "dispatch" || only == "pipeline") {
     auto rt = MakeRuntime(kMaxAccelerators);
     std::printf("%zu accelerators on %s\n", rt->size(), rt->accelerator(0)->info().name.c_str());
-    if (only.empty() || only == "dispatch") DispatchTable(*rt, runs);
-    if (only.empty() || only == "pipeline") PipelineTable(*rt, runs);
+    if (only.empty() || only == "dispatch") DispatchTable(*rt, runs, report);
+    if (only.empty() || only == "pipeline") PipelineTable(*rt, runs, report);
   }
-  if (only.empty() || only == "tenancy") TenancyTable(runs);
+  if (only.empty() || only == "tenancy") TenancyTable(runs, report);
+  report.WriteOrDie(common.json);
   return 0;
 }
 

@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"launch", "start N island processes on this machine, for development", causeway::cli::LaunchCommand},
     {"run", "run a program described in a program file", causeway::cli::RunCommand},
     {"trace", "read a trace file: summarize it, check its gang order", causeway::cli::TraceCommand},
+    {"bench", "run the benchmark suite; write results, plots and BENCHMARKS.md", causeway::cli::BenchCommand},
 };
 
 void PrintHelp(FILE* out) {

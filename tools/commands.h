@@ -14,6 +14,7 @@ int LaunchCommand(const std::vector<std::string>& args);
 int IslandCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int TraceCommand(const std::vector<std::string>& args);
+int BenchCommand(const std::vector<std::string>& args);
 
 }  // namespace causeway::cli
 

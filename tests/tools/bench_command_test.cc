@@ -1,0 +1,349 @@
+// Tests of `causeway bench` (tools/bench_command.cc) and of the benchmarks'
+// JSON results (benchmarks/bench_report.h). The suites run in quick mode, so
+// their figures only show that they were measured, not what they are.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "benchmarks/bench_report.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace causeway {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh directory under the test's temporary directory.
+fs::path FreshDir(const std::string& name) {
+  fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("bench_command_test_", getpid(), "_", name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `command` through the shell, its stdout and stderr into files.
+Ran RunShell(const std::string& command, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  int status = std::system(absl::StrCat(command, " >", out.string(), " 2>", err.string()).c_str());
+  Ran r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  return r;
+}
+
+std::string Cli() { return CAUSEWAY_CLI; }
+
+bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+// Checks that `results` is a non-empty list of `suite`'s results, each with a
+// positive value, and a positive ratio where it has a baseline.
+void ExpectResults(const json& results, const std::string& suite) {
+  ASSERT_TRUE(results.is_array());
+  ASSERT_FALSE(results.empty()) << suite;
+  for (const json& r : results) {
+    SCOPED_TRACE(r.dump());
+    EXPECT_EQ(r.at("suite"), suite);
+    EXPECT_FALSE(r.at("case").get<std::string>().empty());
+    EXPECT_FALSE(r.at("metric").get<std::string>().empty());
+    EXPECT_GT(r.at("value").get<double>(), 0);
+    EXPECT_GE(r.at("samples").get<int>(), 1);
+    EXPECT_TRUE(r.at("params").is_object());
+    if (r.contains("baseline")) {
+      EXPECT_GT(r.at("baseline_value").get<double>(), 0);
+      EXPECT_GT(r.at("ratio").get<double>(), 0);
+      EXPECT_NEAR(r.at("ratio").get<double>(),
+                  r.at("value").get<double>() / r.at("baseline_value").get<double>(),
+                  1e-6 * r.at("ratio").get<double>());
+    }
+  }
+}
+
+// Tests that strings are escaped as JSON wants and parse back to themselves.
+TEST(BenchReportTest, JsonStringEscapes) {
+  EXPECT_EQ(bench::JsonString("plain"), "\"plain\"");
+  EXPECT_EQ(bench::JsonString("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(bench::JsonString("1\n2\t3\r\b\f"), "\"1\\n2\\t3\\r\\b\\f\"");
+  EXPECT_EQ(bench::JsonString(std::string("\x01\x1f", 2)), "\"\\u0001\\u001f\"");
+  EXPECT_EQ(bench::JsonString(std::string("nul\0!", 5)), "\"nul\\u0000!\"");
+  const std::string tricky = std::string("q\"uote\\ \n µs \x7f end") + '\x02';
+  EXPECT_EQ(json::parse(bench::JsonString(tricky)).get<std::string>(), tricky);
+}
+
+// Tests that numbers keep 12 digits and that a non-finite one is null.
+TEST(BenchReportTest, JsonNumbers) {
+  EXPECT_EQ(bench::JsonNumber(14.38), "14.38");
+  EXPECT_EQ(bench::JsonNumber(268435456), "268435456");
+  EXPECT_EQ(bench::JsonNumber(std::nan("")), "null");
+  EXPECT_EQ(bench::JsonNumber(std::numeric_limits<double>::infinity()), "null");
+}
+
+// Tests that a report is a JSON list of its results, with the baseline and
+// ratio only where there is a baseline, params and extras as given.
+TEST(BenchReportTest, ReportIsAListOfResults) {
+  bench::Report report("ici");
+  report.Add("copy", "list copy 16 MiB", "GB/s")
+      .Value(18)
+      .Baseline("memcpy \"host\"", 24)
+      .Samples(9)
+      .Param("bytes", 16777216)
+      .Param("path", "external-memory")
+      .Extra("bound", 0.29);
+  report.Add("dispatch", "submit-await", "us/dispatch", /*higher_is_better=*/false).Value(14.5).Samples(3);
+  json j = json::parse(report.ToJson());
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["suite"], "ici");
+  EXPECT_EQ(j[0]["group"], "copy");
+  EXPECT_EQ(j[0]["case"], "list copy 16 MiB");
+  EXPECT_EQ(j[0]["metric"], "GB/s");
+  EXPECT_EQ(j[0]["higher_is_better"], true);
+  EXPECT_EQ(j[0]["value"], 18);
+  EXPECT_EQ(j[0]["baseline"], "memcpy \"host\"");
+  EXPECT_EQ(j[0]["baseline_value"], 24);
+  EXPECT_DOUBLE_EQ(j[0]["ratio"].get<double>(), 0.75);
+  EXPECT_EQ(j[0]["samples"], 9);
+  EXPECT_EQ(j[0]["params"], json({{"bytes", 16777216}, {"path", "external-memory"}}));
+  EXPECT_EQ(j[0]["extra"], json({{"bound", 0.29}}));
+  EXPECT_EQ(j[1]["higher_is_better"], false);
+  EXPECT_FALSE(j[1].contains("baseline"));
+  EXPECT_FALSE(j[1].contains("baseline_value"));
+  EXPECT_FALSE(j[1].contains("ratio"));
+  EXPECT_EQ(bench::Report("empty").ToJson(), "[\n]\n");
+}
+
+#ifdef CAUSEWAY_BENCHMARKS_BUILT
+// Tests the whole command on the dispatch suite: results.json, results.csv
+// with the same rows, BENCHMARKS.md naming the command, a plot, and the
+// summary on stdout.
+TEST(BenchCommandTest, QuickDispatchWritesReport) {
+  fs::path dir = FreshDir("dispatch");
+  fs::path out = dir / "out";
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dispatch --out ", out.string()), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[1/1] dispatch: 4 results"));
+  EXPECT_THAT(r.out, HasSubstr("submit-await"));
+  EXPECT_THAT(r.out, HasSubstr("raw Vulkan"));
+
+  json report = json::parse(ReadFile(out / "results.json"));
+  EXPECT_EQ(report["schema"], "causeway-bench/1");
+  EXPECT_EQ(report["quick"], true);
+  EXPECT_THAT(report["command"].get<std::string>(),
+              HasSubstr("causeway bench --quick --only dispatch --out"));
+  EXPECT_FALSE(report["date"].get<std::string>().empty());
+  EXPECT_GE(report["machine"]["cores"].get<int>(), 1);
+  EXPECT_GT(report["machine"]["memory_bytes"].get<double>(), 0);
+  EXPECT_TRUE(report["machine"].contains("kernel"));
+  ASSERT_TRUE(report["machine"].contains("vulkan_devices")) << report["machine"].dump();
+  EXPECT_FALSE(report["machine"]["vulkan_devices"].empty());
+  ASSERT_EQ(report["suites"].size(), 1u);
+  EXPECT_EQ(report["suites"][0]["name"], "dispatch");
+  EXPECT_EQ(report["suites"][0]["status"], "ok");
+  const json& results = report["results"];
+  ExpectResults(results, "dispatch");
+  std::vector<std::string> cases;
+  for (const json& res : results) cases.push_back(res["case"]);
+  EXPECT_THAT(cases, ::testing::ElementsAre("submit-await", "replay", "batched", "relay"));
+
+  // The CSV: a header and the same rows in the same order.
+  std::vector<std::string> lines = absl::StrSplit(ReadFile(out / "results.csv"), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), results.size() + 1);
+  EXPECT_TRUE(absl::StartsWith(lines[0], "suite,group,case,metric,"));
+  for (size_t i = 0; i < results.size(); ++i) {
+    std::vector<std::string> fields = absl::StrSplit(lines[i + 1], ',');
+    ASSERT_GE(fields.size(), 10u) << lines[i + 1];
+    EXPECT_EQ(fields[0], "dispatch");
+    EXPECT_EQ(fields[2], results[i]["case"]);
+    EXPECT_EQ(fields[3], results[i]["metric"]);
+    EXPECT_NEAR(std::stod(fields[5]), results[i]["value"].get<double>(),
+                1e-9 * results[i]["value"].get<double>());
+  }
+
+  const std::string md = ReadFile(out / "BENCHMARKS.md");
+  EXPECT_THAT(md, HasSubstr("causeway bench --quick --only dispatch"));
+  EXPECT_THAT(md, HasSubstr("Quick mode"));
+  EXPECT_THAT(md, HasSubstr("| submit-await |"));
+  EXPECT_TRUE(fs::exists(out / "raw" / "dispatch.txt"));
+  EXPECT_THAT(ReadFile(out / "raw" / "dispatch.txt"), HasSubstr("dispatch cost on"));
+  if (HaveGnuplot()) {
+    ASSERT_TRUE(fs::exists(out / "dispatch.svg"));
+    EXPECT_THAT(ReadFile(out / "dispatch.svg"), HasSubstr("<svg"));
+    EXPECT_THAT(md, HasSubstr("](dispatch.svg)"));
+  } else {
+    GTEST_LOG_(INFO) << "gnuplot is not installed: no plot to check";
+  }
+}
+#endif  // CAUSEWAY_BENCHMARKS_BUILT
+
+// Tests that an unknown suite is an error that names the suites.
+TEST(BenchCommandTest, UnknownSuiteFails) {
+  fs::path dir = FreshDir("nosuch");
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --only nosuch --out ", (dir / "out").string()), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err,
+              HasSubstr("causeway bench: unknown suite 'nosuch' in --only; the suites are dispatch, "));
+  EXPECT_EQ(r.out, "");
+  EXPECT_FALSE(fs::exists(dir / "out" / "results.json"));
+}
+
+// Tests that a bad --samples is refused before anything runs.
+TEST(BenchCommandTest, BadSamplesFails) {
+  fs::path dir = FreshDir("samples");
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --samples 0 --out ", (dir / "out").string()), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("causeway bench: --samples must be 1..1000, got '0'"));
+}
+
+#ifdef CAUSEWAY_BENCHMARKS_BUILT
+// Tests that a failing suite is reported with its stderr, that the others
+// still run and are written, and that the command exits 1. The dispatch
+// suite fails on a device that does not exist; the DCN suite uses no device.
+TEST(BenchCommandTest, FailingSuiteIsReportedAndOthersRun) {
+  fs::path dir = FreshDir("failing");
+  fs::path out = dir / "out";
+  Ran r = RunShell(absl::StrCat("CAUSEWAY_DEVICE=nosuch ", Cli(), " bench --quick --only dispatch,dcn --out ",
+                                out.string()),
+                   dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err,
+              HasSubstr("[1/2] dispatch: FAILED: causeway_dispatch_bench failed (exit code 1); its stderr:"));
+  EXPECT_THAT(r.err, HasSubstr("nosuch"));
+  EXPECT_THAT(r.err, HasSubstr("[2/2] dcn: "));
+  EXPECT_THAT(r.err, HasSubstr("causeway bench: 1 of 2 suites failed: dispatch"));
+  json report = json::parse(ReadFile(out / "results.json"));
+  ASSERT_EQ(report["suites"].size(), 2u);
+  EXPECT_EQ(report["suites"][0]["status"], "failed");
+  EXPECT_THAT(report["suites"][0]["stderr"].get<std::string>(), HasSubstr("nosuch"));
+  EXPECT_EQ(report["suites"][1]["status"], "ok");
+  ExpectResults(report["results"], "dcn");
+  EXPECT_THAT(ReadFile(out / "BENCHMARKS.md"), HasSubstr("**Failed**"));
+  EXPECT_THAT(r.out, HasSubstr("transfer 1 MiB"));
+}
+
+// Tests that without gnuplot the plots are skipped with a note, and nothing
+// else fails.
+TEST(BenchCommandTest, WithoutGnuplotSkipsPlots) {
+  fs::path dir = FreshDir("nognuplot");
+  fs::path out = dir / "out";
+  Ran r = RunShell(
+      absl::StrCat("PATH=/nonexistent ", Cli(), " bench --quick --only dcn --out ", out.string()), dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("gnuplot is not installed"));
+  EXPECT_FALSE(fs::exists(out / "dcn.svg"));
+  EXPECT_TRUE(fs::exists(out / "plots.gp"));
+  ExpectResults(json::parse(ReadFile(out / "results.json"))["results"], "dcn");
+  EXPECT_THAT(ReadFile(out / "BENCHMARKS.md"), Not(HasSubstr(".svg")));
+}
+
+// Tests that --update-doc writes the repository's BENCHMARKS.md with the
+// plots in docs/bench/.
+TEST(BenchCommandTest, UpdateDocWritesRepositoryDoc) {
+  fs::path dir = FreshDir("updatedoc");
+  fs::path repo = dir / "repo";
+  fs::create_directories(repo);
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dcn --update-doc --repo ", repo.string(),
+                                " --out ", (dir / "out").string()),
+                   dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string md = ReadFile(repo / "BENCHMARKS.md");
+  EXPECT_THAT(md, HasSubstr("causeway bench --quick --only dcn --update-doc"));
+  EXPECT_THAT(md, HasSubstr("| transfer 1 MiB |"));
+  if (HaveGnuplot()) {
+    EXPECT_THAT(md, HasSubstr("](docs/bench/dcn.svg)"));
+    EXPECT_TRUE(fs::exists(repo / "docs" / "bench" / "dcn.svg"));
+  }
+}
+
+// Tests that --list names every suite and finds its binary.
+TEST(BenchCommandTest, ListFindsEveryBinary) {
+  fs::path dir = FreshDir("list");
+  Ran r = RunShell(Cli() + " bench --list", dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> suites;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    ASSERT_EQ(parts.size(), 2u) << line;
+    suites.push_back(parts[0]);
+    EXPECT_TRUE(fs::exists(parts[1])) << line;
+  }
+  EXPECT_THAT(suites, ::testing::ElementsAre("dispatch", "scheduler", "ici", "dcn", "island"));
+}
+
+// Tests every suite in quick mode: each binary's --json output (kept in
+// raw/) is a list of its results with positive figures, its text went to
+// raw/SUITE.txt and not into the JSON, the report holds them all, and every
+// plot was drawn.
+TEST(BenchCommandTest, QuickEverySuite) {
+  fs::path dir = FreshDir("all");
+  fs::path out = dir / "out";
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --out ", out.string()), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  json report = json::parse(ReadFile(out / "results.json"));
+  size_t total = 0;
+  for (const std::string suite : {"dispatch", "scheduler", "ici", "dcn", "island"}) {
+    SCOPED_TRACE(suite);
+    json results = json::parse(ReadFile(out / "raw" / absl::StrCat(suite, ".json")));
+    ExpectResults(results, suite);
+    total += results.size();
+    const std::string text = ReadFile(out / "raw" / absl::StrCat(suite, ".txt"));
+    EXPECT_FALSE(text.empty());
+    EXPECT_THAT(text, Not(HasSubstr("\"suite\"")));
+  }
+  EXPECT_EQ(report["results"].size(), total);
+  ASSERT_EQ(report["suites"].size(), 5u);
+  for (const json& s : report["suites"]) EXPECT_EQ(s["status"], "ok") << s.dump();
+  if (HaveGnuplot()) {
+    for (const char* plot :
+         {"dispatch.svg", "scheduler_dispatch.svg", "pipeline.svg", "tenancy.svg", "ici_copy.svg",
+          "allreduce.svg", "dcn.svg", "island_transfer.svg", "island_program.svg"}) {
+      EXPECT_TRUE(fs::exists(out / plot)) << plot;
+    }
+  }
+}
+#endif  // CAUSEWAY_BENCHMARKS_BUILT
+
+}  // namespace
+#ifndef CAUSEWAY_BENCHMARKS_BUILT
+// Tests that a causeway built without the benchmarks (the ASan build) says
+// so and how to get them, rather than failing obscurely.
+TEST(BenchCommandTest, WithoutBenchmarksSaysSo) {
+  fs::path dir = FreshDir("not_built");
+  Ran r = RunShell(absl::StrCat("CAUSEWAY_BENCH_DIR= ", Cli(), " bench --quick --only dispatch --out ",
+                                (dir / "out").string()),
+                   dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no benchmark binaries found"));
+  EXPECT_THAT(r.err, HasSubstr("CAUSEWAY_BUILD_BENCHMARKS=OFF"));
+  EXPECT_EQ(r.out, "");
+}
+#endif  // CAUSEWAY_BENCHMARKS_BUILT
+
+}  // namespace causeway

@@ -1,0 +1,188 @@
+// The causeway command line's conventions, for every command it lists:
+// --help prints usage on stdout and exits 0; a bad flag is an error on stderr
+// with exit 2 and nothing on stdout; --trace FILE writes a trace.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace causeway {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using json = nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the causeway binary with `args`, stdout and stderr to files.
+Result RunCli(const std::vector<std::string>& args) {
+  static int count = 0;
+  const std::string base = absl::StrCat(::testing::TempDir(), "/cli_test_", getpid(), "_", count++);
+  const std::string out_path = base + ".out", err_path = base + ".err";
+  std::vector<std::string> all = {CAUSEWAY_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  Result r;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
+  return r;
+}
+
+// The commands `causeway help` lists.
+std::vector<std::string> Commands() {
+  Result help = RunCli({"help"});
+  EXPECT_EQ(help.exit_code, 0);
+  std::vector<std::string> commands;
+  bool in_list = false;
+  for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+    if (line == "commands:") {
+      in_list = true;
+      continue;
+    }
+    if (!in_list || !absl::StartsWith(line, "  ")) continue;
+    std::vector<std::string> words = absl::StrSplit(absl::StripLeadingAsciiWhitespace(line), ' ');
+    if (words[0] != "help") commands.push_back(words[0]);
+  }
+  return commands;
+}
+
+TEST(CliTest, HelpListsTheCommands) {
+  std::vector<std::string> commands = Commands();
+  for (const char* c : {"devices", "demo", "island", "launch", "run", "trace", "bench"}) {
+    EXPECT_THAT(commands, ::testing::Contains(c));
+  }
+  Result none = RunCli({});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(none.out.empty());
+  EXPECT_THAT(none.err, HasSubstr("usage: causeway COMMAND"));
+  Result unknown = RunCli({"nosuch"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_TRUE(unknown.out.empty());
+  EXPECT_THAT(unknown.err, StartsWith("causeway: unknown command 'nosuch'"));
+}
+
+TEST(CliTest, EveryCommandHasHelpAndRefusesABadFlag) {
+  for (const std::string& c : Commands()) {
+    SCOPED_TRACE(c);
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{c, "--help"}, std::vector<std::string>{c, "-h"},
+          std::vector<std::string>{"help", c}}) {
+      Result help = RunCli(args);
+      EXPECT_EQ(help.exit_code, 0);
+      EXPECT_THAT(help.out, StartsWith(absl::StrCat("usage: causeway ", c)));
+      EXPECT_THAT(help.out, HasSubstr("--trace"));
+      EXPECT_TRUE(help.err.empty()) << help.err;
+    }
+    Result bad = RunCli({c, "--no-such-flag=1"});
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_TRUE(bad.out.empty()) << bad.out;
+    EXPECT_THAT(bad.err, StartsWith(absl::StrCat("causeway ", c, ": ")));
+    EXPECT_THAT(bad.err, HasSubstr("no-such-flag"));
+  }
+}
+
+TEST(CliTest, DemoWritesATrace) {
+  const std::string path = ::testing::TempDir() + "/cli_test_demo.json";
+  Result demo = RunCli({"demo", "--accelerators=2", "--size=64", "--batches=2", "--repeats=1", "--trace", path});
+  ASSERT_EQ(demo.exit_code, 0) << demo.err;
+  json t = json::parse(ReadFile(path), nullptr, false);
+  ASSERT_FALSE(t.is_discarded());
+  int gang_calls = 0, matmuls = 0;
+  bool main_named = false;
+  for (const json& e : t["traceEvents"]) {
+    gang_calls += e["ph"] == "i" && e["name"] == "gang call";
+    matmuls += e["ph"] == "X" && e["cat"] == "device" && e["name"] == "matmul";
+    main_named |= e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "main";
+  }
+  EXPECT_GT(gang_calls, 0);
+  EXPECT_GT(matmuls, 0);
+  EXPECT_TRUE(main_named);
+  std::remove(path.c_str());
+
+  Result unwritable = RunCli({"demo", "--accelerators=1", "--trace", "/nonexistent-dir/t.json"});
+  EXPECT_EQ(unwritable.exit_code, 2);
+  EXPECT_THAT(unwritable.err, HasSubstr("/nonexistent-dir/t.json"));
+  EXPECT_TRUE(unwritable.out.empty());
+}
+
+// A server writes its trace when it is stopped.
+TEST(CliTest, IslandWritesItsTraceWhenStopped) {
+  const std::string path = ::testing::TempDir() + "/cli_test_island.json";
+  std::remove(path.c_str());
+  const std::string out_path = ::testing::TempDir() + "/cli_test_island.out";
+  std::vector<std::string> all = {CAUSEWAY_CLI, "island", "--listen", "127.0.0.1:0", "--accelerators=1",
+                                  "--trace", path};
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ASSERT_GT(pid, 0);
+  // Serving once it prints its address.
+  for (int i = 0; i < 300 && !absl::StrContains(ReadFile(out_path), "island "); ++i) usleep(100'000);
+  ASSERT_THAT(ReadFile(out_path), StartsWith("island "));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  json t = json::parse(ReadFile(path), nullptr, false);
+  ASSERT_FALSE(t.is_discarded()) << "no trace at " << path;
+  bool accelerator_named = false;
+  for (const json& e : t["traceEvents"]) {
+    accelerator_named |= e["ph"] == "M" && e["pid"] == 2 && e["tid"] == 0;
+  }
+  EXPECT_TRUE(accelerator_named);
+  std::remove(path.c_str());
+  std::remove(out_path.c_str());
+}
+
+}  // namespace
+}  // namespace causeway
