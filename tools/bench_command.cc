@@ -607,8 +607,10 @@ std::string Markdown(const json& report, const std::vector<SuiteRun>& runs,
   }
   md +=
       ". Each figure is a median of the samples shown; every baseline was measured in the same run, and the "
-      "ratio is Causeway's figure over the baseline's (see the metric for which way is better). "
-      "All results: `results.json`, `results.csv`.\n\n";
+      "ratio is Causeway's figure over the baseline's (see the metric for which way is better). ";
+  md += raw_links ? "All results: `results.json`, `results.csv`.\n\n"
+                  : "All results: `results.json` and `results.csv` in the run's output directory "
+                    "(`bench-results/` by default).\n\n";
   if (report["quick"].get<bool>()) {
     md +=
         "**Quick mode**: small sizes and one to three samples, to check that the suite runs; these figures "
