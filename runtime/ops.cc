@@ -1,6 +1,10 @@
 #include "runtime/ops.h"
 
 #include <algorithm>
+#include <array>
+#include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +122,115 @@ absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, c
   uint32_t per_group = 4 * tile;
   std::array<uint32_t, 3> groups{(n + per_group - 1) / per_group, (m + per_group - 1) / per_group, 1};
   return list.Dispatch(kernel, {a, b, c}, MatmulParams{m, n, k}, groups, {{0, tile}, {1, tile}});
+}
+
+namespace {
+
+// The gemm kernel's push constants (shaders/gemm.comp).
+struct GemmParams {
+  uint32_t m, n, k;
+  uint32_t lda, ldb, ldc;
+  uint32_t stride_a, stride_b, stride_c;
+  uint32_t a_offset, b_offset, c_offset;
+  float alpha, beta;
+  uint32_t flags;
+};
+static_assert(sizeof(GemmParams) == 60);
+
+// The kernel's tile: each invocation computes kGemmRows x 1 outputs, a group
+// of kGemmWidth invocations kGemmRows x kGemmWidth.
+constexpr uint32_t kGemmWidth = 64;
+constexpr uint32_t kGemmRows = 16;
+// flags bit 0: A's rows may be read as vec4.
+constexpr uint32_t kGemmVec4A = 1;
+
+}  // namespace
+
+absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
+                  uint32_t n, uint32_t k, const GemmOptions& o) {
+  const std::string what = absl::StrCat("gemm ", m, "x", n, "x", k, " batch ", o.batch);
+  if (m == 0 || n == 0 || o.batch == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": M, N and batch must be > 0"));
+  }
+  const uint32_t max_z = list.accelerator()->info().limits.maxComputeWorkGroupCount[2];
+  if (o.batch > max_z) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": batch must be at most ", max_z, " on this device"));
+  }
+  struct Operand {
+    const char* name;
+    const BufferArg* arg;
+    uint64_t rows, cols;  // as stored
+    uint32_t ld;
+    std::optional<uint64_t> stride;
+    uint64_t offset;
+    uint32_t resolved_ld = 0;
+    uint64_t resolved_stride = 0;
+  };
+  std::array<Operand, 3> operands = {{
+      {"A", &a, o.transpose_a ? k : m, o.transpose_a ? m : k, o.lda, o.stride_a, o.a_offset},
+      {"B", &b, o.transpose_b ? n : k, o.transpose_b ? k : n, o.ldb, o.stride_b, o.b_offset},
+      {"C", &c, m, n, o.ldc, o.stride_c, o.c_offset},
+  }};
+  constexpr uint64_t kMaxIndex = std::numeric_limits<uint32_t>::max();
+  for (Operand& op : operands) {
+    if (op.arg->buffer == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " is null"));
+    const uint64_t ld = op.ld == 0 ? op.cols : op.ld;
+    if (ld < op.cols) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, "'s leading dimension ", ld,
+                                                     " is less than its ", op.cols, " columns as stored"));
+    }
+    const uint64_t stride = op.stride.value_or(op.rows * ld);
+    // An empty A or B (K = 0) is never read.
+    const uint64_t elements = op.rows == 0 || op.cols == 0
+                                  ? 0
+                                  : op.offset + (o.batch - 1) * stride + (op.rows - 1) * ld + op.cols;
+    if (ld > kMaxIndex || stride > kMaxIndex || op.offset > kMaxIndex || elements > kMaxIndex) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " spans ", elements,
+                                                     " elements; the kernel indexes at most 2^32 - 1"));
+    }
+    if (op.arg->resolved_size() < elements * 4) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " needs ", elements * 4,
+                                                     " bytes, got ", op.arg->resolved_size()));
+    }
+    op.resolved_ld = static_cast<uint32_t>(ld);
+    op.resolved_stride = stride;
+  }
+  // Batches write C concurrently: their matrices must not overlap.
+  const uint64_t c_span = uint64_t{m - 1} * operands[2].resolved_ld + n;
+  if (o.batch > 1 && operands[2].resolved_stride < c_span) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": C's batch stride ", operands[2].resolved_stride,
+                                                   " is less than the ", c_span,
+                                                   " elements of one C: batches would overlap"));
+  }
+  GemmParams params{m,
+                    n,
+                    k,
+                    operands[0].resolved_ld,
+                    operands[1].resolved_ld,
+                    operands[2].resolved_ld,
+                    static_cast<uint32_t>(operands[0].resolved_stride),
+                    static_cast<uint32_t>(operands[1].resolved_stride),
+                    static_cast<uint32_t>(operands[2].resolved_stride),
+                    static_cast<uint32_t>(o.a_offset),
+                    static_cast<uint32_t>(o.b_offset),
+                    static_cast<uint32_t>(o.c_offset),
+                    o.alpha,
+                    o.beta,
+                    0};
+  // Binding offsets are multiples of 4 bytes only; vec4 reads need the
+  // binding and every row start at a multiple of 16 bytes.
+  if (!o.transpose_a && a.offset % 16 == 0 && params.lda % 4 == 0 && params.stride_a % 4 == 0 &&
+      params.a_offset % 4 == 0) {
+    params.flags |= kGemmVec4A;
+  }
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("gemm"));
+  const std::array<uint32_t, 3> groups{(n + kGemmWidth - 1) / kGemmWidth, (m + kGemmRows - 1) / kGemmRows, o.batch};
+  return list.Dispatch(kernel, {a, b, c}, params, groups,
+                       {{0, kGemmWidth},
+                        {1, o.transpose_a ? 1u : 0u},
+                        {2, o.transpose_b ? 1u : 0u},
+                        {3, kGemmRows},
+                        {4, 1}});
 }
 
 }  // namespace causeway::ops

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "runtime/command_list.h"
@@ -43,6 +44,36 @@ uint32_t ReduceSumScratch(uint32_t count);
 // workgroup's width and height through the kernel's specialization constants.
 absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
                     uint32_t n, uint32_t k, uint32_t tile = 16);
+
+// How ops::Gemm reads its operands. Sizes are in elements. A leading
+// dimension is the distance between consecutive rows of a matrix as stored
+// (0: packed, i.e. its column count as stored); a batch stride the distance
+// between consecutive batches' matrices (nullopt: packed, rows * leading
+// dimension; 0: one matrix for every batch, e.g. a weight).
+struct GemmOptions {
+  bool transpose_a = false;  // op(A) = A^T: A is stored K x M
+  bool transpose_b = false;  // op(B) = B^T: B is stored N x K
+  float alpha = 1.0f;
+  float beta = 0.0f;  // 0: C is only written, never read (it may hold NaNs)
+  uint32_t batch = 1;
+  uint32_t lda = 0, ldb = 0, ldc = 0;
+  std::optional<uint64_t> stride_a, stride_b, stride_c;
+  // Where each operand's first matrix starts in its BufferArg.
+  uint64_t a_offset = 0, b_offset = 0, c_offset = 0;
+};
+// C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for i < options.batch,
+// op(A) M x K, op(B) K x N, C M x N, row-major f32, by the `gemm` kernel (one
+// pipeline per transpose combination). M, N and batch must be > 0; K may be
+// 0 (C = beta * C). Each operand's range must hold its last element, and C
+// must not overlap A or B. Errors name the operand and the sizes.
+//
+// Example (a batch of 16 activations times one weight):
+//   GemmOptions o;
+//   o.batch = 16;
+//   o.stride_b = 0;
+//   RETURN_IF_ERROR(ops::Gemm(*list, x, w, y, 128, 64, 128, o));
+absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
+                  uint32_t n, uint32_t k, const GemmOptions& options = {});
 
 }  // namespace causeway::ops
 

@@ -21,6 +21,27 @@ std::vector<float> Matmul(const std::vector<float>& a, const std::vector<float>&
   return std::vector<float>(acc.begin(), acc.end());
 }
 
+void Gemm(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c, uint32_t m, uint32_t n,
+          uint32_t k, const GemmLayout& l) {
+  for (uint32_t batch = 0; batch < l.batch; ++batch) {
+    const float* ab = a.data() + l.a_offset + batch * l.stride_a;
+    const float* bb = b.data() + l.b_offset + batch * l.stride_b;
+    float* cb = c.data() + l.c_offset + batch * l.stride_c;
+    for (uint32_t i = 0; i < m; ++i) {
+      for (uint32_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (uint32_t p = 0; p < k; ++p) {
+          const float av = l.transpose_a ? ab[size_t{p} * l.lda + i] : ab[size_t{i} * l.lda + p];
+          const float bv = l.transpose_b ? bb[size_t{j} * l.ldb + p] : bb[size_t{p} * l.ldb + j];
+          sum += double{av} * bv;
+        }
+        float& out = cb[size_t{i} * l.ldc + j];
+        out = static_cast<float>(l.alpha * sum + (l.beta == 0.0f ? 0.0 : double{l.beta} * out));
+      }
+    }
+  }
+}
+
 double Sum(const std::vector<float>& x) {
   double s = 0;
   for (float v : x) s += v;

@@ -12,6 +12,20 @@ namespace causeway::reference {
 // C[m,n] = A[m,k] * B[k,n], row-major.
 std::vector<float> Matmul(const std::vector<float>& a, const std::vector<float>& b, uint32_t m, uint32_t n,
                           uint32_t k);
+// C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for i < batch, row-major,
+// as ops::Gemm computes it (see ops.h for the layout). Strides and leading
+// dimensions are explicit here (no defaults); a stride of 0 repeats one
+// matrix. beta == 0 ignores C's old values (NaNs included). Updates `c`.
+struct GemmLayout {
+  bool transpose_a = false, transpose_b = false;
+  float alpha = 1.0f, beta = 0.0f;
+  uint32_t batch = 1;
+  uint64_t lda = 0, ldb = 0, ldc = 0;
+  uint64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  uint64_t a_offset = 0, b_offset = 0, c_offset = 0;
+};
+void Gemm(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c, uint32_t m, uint32_t n,
+          uint32_t k, const GemmLayout& layout);
 double Sum(const std::vector<float>& x);
 // max_i |got_i - want_i| / max(1, |want_i|); infinity when sizes differ.
 double MaxRelativeError(const std::vector<float>& got, const std::vector<float>& want);

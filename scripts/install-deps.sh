@@ -18,6 +18,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   # JSON for reading trace files; gnuplot draws the benchmark report's plots
   nlohmann-json3-dev gnuplot-nox
+  # OpenBLAS: the host sgemm baseline of the matmul benchmark
+  libopenblas-dev
 )
 
 missing=()

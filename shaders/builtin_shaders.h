@@ -33,8 +33,13 @@ struct BuiltinShader {
   absl::Span<const uint32_t> spirv;
 };
 
-// All built-in kernels, sorted by name ("add", "combine", "combine4",
-// "copy", "fill", "matmul", "mul", "reduce_sum", "scale").
+// All built-in kernels, sorted by name: the basic ones ("add", "combine",
+// "combine4", "copy", "fill", "matmul", "mul", "reduce_sum", "scale") and the
+// model kernels ("adam", "attention", "attention_backward",
+// "attention_backward_dot", "bias_gelu", "bias_gelu_backward",
+// "cross_entropy", "cross_entropy_backward", "embedding",
+// "embedding_backward", "gemm", "layer_norm", "layer_norm_backward", "sgd",
+// "softmax_causal", "softmax_causal_backward").
 absl::Span<const BuiltinShader> BuiltinShaders();
 
 // The SPIR-V of the built-in kernel `name`, or nullopt if there is none.

@@ -88,6 +88,7 @@ const Suite kSuites[] = {
     {"dcn", "causeway_dcn_bench", "--runs", "transfers between two processes against plain TCP"},
     {"island", "causeway_island_bench", "--samples",
      "island processes: transfers against plain TCP; a program over two islands against one"},
+    {"matmul", "causeway_matmul_bench", "--runs", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
 };
 
 // A plot of one group of a suite's results. Bars (x_param empty): one
@@ -129,6 +130,8 @@ const Plot kPlots[] = {
      "size (MiB)", 1 << 20, "", "", true, false, false},
     {"island_program.svg", "A program over two islands against one island", "island", "program", "", "", 1,
      "", "", false, false, false},
+    {"matmul.svg", "GEMM kernel against OpenBLAS sgemm (GFLOP/s)", "matmul", "gemm", "", "", 1, "", "", false,
+     false, false},
 };
 
 const Suite* FindSuite(absl::string_view name) {

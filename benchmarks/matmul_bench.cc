@@ -1,0 +1,222 @@
+// GEMM throughput on the device against OpenBLAS on the host, in the same
+// binary and run, on Transformer-sized shapes.
+//
+//   gemm:   ops::Gemm (shaders/gemm.comp), C = A * B, one dispatch per
+//           product (a batch is one dispatch over workgroup z).
+//   matmul: ops::Matmul (shaders/matmul.comp), the older kernel, one
+//           dispatch per product (a batch is `batch` dispatches).
+//   OpenBLAS: cblas_sgemm on as many threads as the machine has cores (the
+//           cores lavapipe runs on), one call per product.
+//
+// Each sample runs `reps` products back to back (so that one sample does at
+// least ~1 GFLOP: small shapes are not dominated by submission cost) and
+// times them with the wall clock; the three alternate sample by sample, and
+// the medians of `--runs` samples are printed in GFLOP/s, with the ratio
+// against OpenBLAS. Both device results are checked once against OpenBLAS's.
+//
+//   causeway_matmul_bench [--runs=5] [--shapes=MxNxK[xB],...] [--quick] [--json=FILE]
+// --quick: 2 runs of two small shapes (seconds, for tests); --json: the
+// figures as a list of results (bench_report.h).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_report.h"
+#include "benchmarks/bench_util.h"
+#include "runtime/ops.h"
+#include "runtime/reference.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+
+namespace causeway {
+namespace {
+
+using bench::Median;
+using bench::Must;
+
+struct Shape {
+  uint32_t m, n, k, batch = 1;
+  std::string Name() const {
+    return batch == 1 ? absl::StrCat(m, "x", n, "x", k) : absl::StrCat(batch, "x", m, "x", n, "x", k);
+  }
+  double Flops() const { return 2.0 * batch * m * n * k; }
+};
+
+// Parses "MxNxK" or "BxMxNxK".
+bool ParseShape(absl::string_view s, Shape* out) {
+  std::vector<std::string> parts = absl::StrSplit(s, 'x');
+  std::vector<uint32_t> v;
+  for (const std::string& p : parts) {
+    uint32_t x;
+    if (!absl::SimpleAtoi(p, &x) || x == 0) return false;
+    v.push_back(x);
+  }
+  if (v.size() == 3) *out = {v[0], v[1], v[2], 1};
+  else if (v.size() == 4) *out = {v[1], v[2], v[3], v[0]};
+  else return false;
+  return true;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// max |x - y| / max(1, |y|) over the elements.
+double MaxError(const std::vector<float>& x, const std::vector<float>& y) {
+  return reference::MaxRelativeError(x, y);
+}
+
+int Main(int argc, char** argv) {
+  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
+  int runs = 5;
+  std::vector<Shape> shapes = {{256, 256, 256},    {512, 512, 512},   {1024, 1024, 1024},
+                               {512, 2048, 512},   {2048, 512, 2048}, {128, 128, 64, 16}};
+  double min_sample_flops = 1e9;
+  if (common.quick) {
+    runs = 2;
+    shapes = {{128, 128, 128}, {64, 64, 32, 4}};
+    min_sample_flops = 2e7;
+  }
+  const char* usage = "usage: %s [--runs=5] [--shapes=MxNxK[xB],...] [--quick] [--json=FILE]\n";
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (absl::ConsumePrefix(&a, "--runs=")) {
+      if (!absl::SimpleAtoi(a, &runs) || runs < 1) return std::fprintf(stderr, usage, argv[0]), 2;
+    } else if (absl::ConsumePrefix(&a, "--shapes=")) {
+      shapes.clear();
+      for (absl::string_view s : absl::StrSplit(a, ',')) {
+        Shape shape;
+        if (!ParseShape(s, &shape)) return std::fprintf(stderr, usage, argv[0]), 2;
+        shapes.push_back(shape);
+      }
+    } else {
+      std::fprintf(stderr, usage, argv[0]);
+      return 2;
+    }
+  }
+
+  RuntimeOptions options;
+  options.accelerators = 1;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  auto rt = Must(Runtime::Create(options), "Runtime::Create");
+  Accelerator* acc = rt->accelerator(0);
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(threads);
+  std::printf("device: %s; OpenBLAS %s on %d threads\n", acc->info().name.c_str(), openblas_get_config(),
+              threads);
+  std::printf("%-18s %9s %9s %9s %8s %8s %5s\n", "shape", "gemm", "matmul", "OpenBLAS", "gemm/B", "matmul/B",
+              "reps");
+
+  bench::Report report("matmul");
+  for (const Shape& s : shapes) {
+    const size_t a_n = size_t{s.batch} * s.m * s.k, b_n = size_t{s.batch} * s.k * s.n, c_n = size_t{s.batch} * s.m * s.n;
+    const int reps = static_cast<int>(std::max(1.0, std::ceil(min_sample_flops / s.Flops())));
+    std::vector<float> a = reference::RandomFloats(a_n, 1), b = reference::RandomFloats(b_n, 2);
+    std::vector<float> c_blas(c_n);
+
+    auto blas = [&] {
+      for (uint32_t i = 0; i < s.batch; ++i) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data() + size_t{i} * s.m * s.k,
+                    s.k, b.data() + size_t{i} * s.k * s.n, s.n, 0.0f, c_blas.data() + size_t{i} * s.m * s.n, s.n);
+      }
+    };
+
+    auto a_buf = Must(acc->CreateBuffer(a_n * 4), "CreateBuffer");
+    auto b_buf = Must(acc->CreateBuffer(b_n * 4), "CreateBuffer");
+    auto c_buf = Must(acc->CreateBuffer(c_n * 4), "CreateBuffer");
+    CHECK_OK(acc->UploadSync(a_buf, a.data(), a_n * 4));
+    CHECK_OK(acc->UploadSync(b_buf, b.data(), b_n * 4));
+
+    // One list of `count` products for each kernel.
+    auto gemm_list = [&](int count) {
+      auto list = Must(acc->CreateCommandList("gemm"), "CreateCommandList");
+      ops::GemmOptions o;
+      o.batch = s.batch;
+      for (int r = 0; r < count; ++r) CHECK_OK(ops::Gemm(*list, a_buf, b_buf, c_buf, s.m, s.n, s.k, o));
+      return list;
+    };
+    auto matmul_list = [&](int count) {
+      auto list = Must(acc->CreateCommandList("matmul"), "CreateCommandList");
+      for (int r = 0; r < count; ++r) {
+        for (uint32_t i = 0; i < s.batch; ++i) {
+          const uint64_t as = uint64_t{s.m} * s.k * 4, bs = uint64_t{s.k} * s.n * 4, cs = uint64_t{s.m} * s.n * 4;
+          CHECK_OK(ops::Matmul(*list, BufferArg(a_buf, i * as, as), BufferArg(b_buf, i * bs, bs),
+                               BufferArg(c_buf, i * cs, cs), s.m, s.n, s.k));
+        }
+      }
+      return list;
+    };
+
+    // Check both kernels once against OpenBLAS.
+    blas();
+    for (auto& [name, list] : {std::pair{"gemm", gemm_list(1)}, std::pair{"matmul", matmul_list(1)}}) {
+      CHECK_OK(acc->Submit(list).Await());
+      std::vector<float> got(c_n);
+      CHECK_OK(acc->DownloadSync(c_buf, got.data(), c_n * 4));
+      const double err = MaxError(got, c_blas);
+      if (!(err < 1e-3)) bench::Die(absl::StrCat(name, " ", s.Name(), ": max relative error ", err, " against OpenBLAS"));
+    }
+
+    std::shared_ptr<CommandList> gemm = gemm_list(reps), matmul = matmul_list(reps);
+    // Warm up: pipelines, recordings, OpenBLAS's threads.
+    CHECK_OK(acc->Submit(gemm).Await());
+    CHECK_OK(acc->Submit(matmul).Await());
+    blas();
+    auto time_list = [&](const std::shared_ptr<CommandList>& list) {
+      return [&acc, list, &s, reps] {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK_OK(acc->Submit(list).Await());
+        return s.Flops() * reps / Seconds(t0) / 1e9;
+      };
+    };
+    std::vector<std::vector<double>> samples = bench::Alternate(
+        runs, {time_list(gemm), time_list(matmul), [&] {
+                 auto t0 = std::chrono::steady_clock::now();
+                 for (int r = 0; r < reps; ++r) blas();
+                 return s.Flops() * reps / Seconds(t0) / 1e9;
+               }});
+    const double g = Median(samples[0]), mm = Median(samples[1]), bl = Median(samples[2]);
+    std::printf("%-18s %9.2f %9.2f %9.2f %8.3f %8.3f %5d\n", s.Name().c_str(), g, mm, bl, g / bl, mm / bl, reps);
+    std::fflush(stdout);
+    for (auto [group, value] : {std::pair{"gemm", g}, std::pair{"matmul", mm}}) {
+      report.Add(group, s.Name(), "GFLOP/s")
+          .Value(value)
+          .Baseline("OpenBLAS", bl)
+          .Samples(runs)
+          .Param("m", s.m)
+          .Param("n", s.n)
+          .Param("k", s.k)
+          .Param("batch", s.batch)
+          .Param("threads", threads)
+          .Extra("reps", reps);
+    }
+  }
+  std::printf("GFLOP/s are medians of %d samples (wall clock, submit to completion); B = OpenBLAS sgemm.\n", runs);
+  report.WriteOrDie(common.json);
+  return 0;
+}
+
+}  // namespace
+}  // namespace causeway
+
+int main(int argc, char** argv) {
+  // Debian's abseil is built with mutex deadlock detection on, which walks a
+  // lock graph on every lock; the test suite keeps it, tools turn it off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  causeway::bench::ProgramName() = "matmul_bench";
+  return causeway::Main(argc, argv);
+}

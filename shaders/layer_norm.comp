@@ -1,0 +1,78 @@
+// layer_norm: per row of a row-major [rows, cols] matrix (f32),
+//   mean[r] = sum_c x[r, c] / cols
+//   rstd[r] = 1 / sqrt(sum_c (x[r, c] - mean[r])^2 / cols + eps)
+//   y[r, c] = (x[r, c] - mean[r]) * rstd[r] * gamma[c] + beta[c]
+// (biased variance, as PyTorch's LayerNorm), saving mean and rstd for
+// layer_norm_backward. One workgroup per row; its sums are trees in shared
+// memory of a fixed shape, so results are reproducible run to run.
+//
+// Bindings (set 0):  0: float x[]      (readonly)  rows * cols
+//                    1: float gamma[]  (readonly)  cols
+//                    2: float beta[]   (readonly)  cols
+//                    3: float y[]      (writeonly) rows * cols
+//                    4: float mean[]   (writeonly) rows
+//                    5: float rstd[]   (writeonly) rows
+// Push constants:    uint rows; uint cols; float eps;
+// Specialization:    constant 0 = workgroup size x (default 64, at most 1024).
+// Dispatch:          any number of workgroups >= 1 (workgroup g takes rows
+//                    g, g + G, ...); the natural choice is min(rows, 65535) x 1 x 1.
+#version 450
+
+const uint kMaxWorkgroupSize = 1024;
+
+layout(local_size_x = 64, local_size_x_id = 0) in;
+
+layout(set = 0, binding = 0, std430) readonly buffer X { float x[]; };
+layout(set = 0, binding = 1, std430) readonly buffer Gamma { float gamma[]; };
+layout(set = 0, binding = 2, std430) readonly buffer Beta { float beta[]; };
+layout(set = 0, binding = 3, std430) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 4, std430) writeonly buffer Mean { float mean[]; };
+layout(set = 0, binding = 5, std430) writeonly buffer Rstd { float rstd[]; };
+
+layout(push_constant) uniform Params {
+  uint rows;
+  uint cols;
+  float eps;
+} p;
+
+shared float partial[kMaxWorkgroupSize];
+
+// The sum of every invocation's `v`, returned to all of them. Call in uniform
+// control flow.
+float WorkgroupSum(float v) {
+  const uint lid = gl_LocalInvocationIndex;
+  barrier();  // earlier readers of partial[0] are done
+  partial[lid] = v;
+  barrier();
+  for (uint n = gl_WorkGroupSize.x; n > 1;) {
+    const uint half_n = (n + 1) / 2;
+    if (lid < n - half_n) partial[lid] += partial[lid + half_n];
+    barrier();
+    n = half_n;
+  }
+  return partial[0];
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationIndex;
+  const uint wg = gl_WorkGroupSize.x;
+  for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
+    const uint base = row * p.cols;
+    float s = 0.0;
+    for (uint c = lid; c < p.cols; c += wg) s += x[base + c];
+    const float mu = WorkgroupSum(s) / float(p.cols);
+    float sq = 0.0;
+    for (uint c = lid; c < p.cols; c += wg) {
+      const float d = x[base + c] - mu;
+      sq += d * d;
+    }
+    const float r = inversesqrt(WorkgroupSum(sq) / float(p.cols) + p.eps);
+    for (uint c = lid; c < p.cols; c += wg) {
+      y[base + c] = (x[base + c] - mu) * r * gamma[c] + beta[c];
+    }
+    if (lid == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
+  }
+}

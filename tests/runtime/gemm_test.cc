@@ -1,0 +1,280 @@
+// The gemm kernel (ops::Gemm) on lavapipe against reference::Gemm: the four
+// transpose combinations, sizes that are multiples of nothing, batches with
+// and without a broadcast operand, alpha and beta (beta = 0 never reads C),
+// leading dimensions and offsets, and argument errors.
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/accelerator.h"
+#include "runtime/command_list.h"
+#include "runtime/ops.h"
+#include "runtime/reference.h"
+#include "runtime/runtime.h"
+#include "runtime/status.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RandomFloats;
+
+// A NaN bit pattern that the kernel never produces: C words past the last
+// element of C still hold it if nothing wrote there.
+constexpr uint32_t kSentinel = 0x7fc0dead;
+// Words of sentinel after C, to catch writes past its end.
+constexpr uint32_t kGuard = 67;
+
+struct Shape {
+  uint32_t m, n, k;
+};
+// Sizes that are multiples of nothing, a tile exactly, and larger than one.
+constexpr Shape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {17, 65, 33}, {130, 1, 129}, {64, 64, 64}, {256, 128, 200}};
+
+std::string Name(const Shape& s) { return absl::StrCat(s.m, "x", s.n, "x", s.k); }
+
+// What C starts as.
+enum class CInit { kRandom, kNaN };
+
+class GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rt_ = MakeRuntime(1);
+    ASSERT_NE(rt_, nullptr);
+    acc_ = rt_->accelerator(0);
+  }
+
+  absl::StatusOr<std::shared_ptr<Buffer>> NewBuffer(const std::vector<float>& data) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, acc_->CreateBuffer(data.size() * 4));
+    RETURN_IF_ERROR(acc_->UploadSync(buffer, data.data(), data.size() * 4));
+    return buffer;
+  }
+
+  absl::Status Run(const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m, uint32_t n, uint32_t k,
+                   const ops::GemmOptions& o) {
+    ASSIGN_OR_RETURN(std::shared_ptr<CommandList> list, acc_->CreateCommandList("gemm_test"));
+    RETURN_IF_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o));
+    return acc_->Submit(list).Await();
+  }
+
+  // Runs ops::Gemm on random A and B and a C made as `init` says, and checks
+  // C (and the guard words after it) against reference::Gemm. Each element
+  // may carry the rounding error of a float sum of k products plus the beta
+  // term, bounded by 4 (k + 2) eps (|alpha| sum_p |a b| + |beta c|); a
+  // missing or doubled term is far larger.
+  void Check(const Shape& s, const ops::GemmOptions& o, CInit init = CInit::kRandom) {
+    reference::GemmLayout l;
+    l.transpose_a = o.transpose_a;
+    l.transpose_b = o.transpose_b;
+    l.alpha = o.alpha;
+    l.beta = o.beta;
+    l.batch = o.batch;
+    const uint64_t a_rows = o.transpose_a ? s.k : s.m, a_cols = o.transpose_a ? s.m : s.k;
+    const uint64_t b_rows = o.transpose_b ? s.n : s.k, b_cols = o.transpose_b ? s.k : s.n;
+    l.lda = o.lda ? o.lda : a_cols;
+    l.ldb = o.ldb ? o.ldb : b_cols;
+    l.ldc = o.ldc ? o.ldc : s.n;
+    l.stride_a = o.stride_a.value_or(a_rows * l.lda);
+    l.stride_b = o.stride_b.value_or(b_rows * l.ldb);
+    l.stride_c = o.stride_c.value_or(s.m * l.ldc);
+    l.a_offset = o.a_offset;
+    l.b_offset = o.b_offset;
+    l.c_offset = o.c_offset;
+    auto span = [&](uint64_t offset, uint64_t stride, uint64_t rows, uint64_t ld, uint64_t cols) {
+      return offset + (o.batch - 1) * stride + (rows - 1) * ld + cols;
+    };
+    const uint64_t a_size = span(l.a_offset, l.stride_a, a_rows, l.lda, a_cols);
+    const uint64_t b_size = span(l.b_offset, l.stride_b, b_rows, l.ldb, b_cols);
+    const uint64_t c_size = span(l.c_offset, l.stride_c, s.m, l.ldc, s.n);
+    // At least one element each: a buffer cannot be empty (K = 0).
+    std::vector<float> a = RandomFloats(std::max<uint64_t>(a_size, 1), s.m * 7 + s.k);
+    std::vector<float> b = RandomFloats(std::max<uint64_t>(b_size, 1), s.n * 11 + s.k + 1);
+    std::vector<float> c = init == CInit::kNaN ? std::vector<float>(c_size, std::numeric_limits<float>::quiet_NaN())
+                                               : RandomFloats(c_size, s.m + s.n + 5);
+    // The reference for C, and for the error bound its magnitude.
+    std::vector<float> want = c;
+    reference::Gemm(a, b, want, s.m, s.n, s.k, l);
+    std::vector<float> abs_a(a), abs_b(b), magnitude(c);
+    for (float& x : abs_a) x = std::fabs(x);
+    for (float& x : abs_b) x = std::fabs(x);
+    for (float& x : magnitude) x = std::isnan(x) ? 0.0f : std::fabs(x);
+    reference::GemmLayout abs_l = l;
+    abs_l.alpha = std::fabs(l.alpha);
+    abs_l.beta = std::fabs(l.beta);
+    reference::Gemm(abs_a, abs_b, magnitude, s.m, s.n, s.k, abs_l);
+
+    std::vector<float> c_words = c;
+    c_words.resize(c_size + kGuard, std::bit_cast<float>(kSentinel));
+    ASSERT_OK_AND_ASSIGN(auto a_buffer, NewBuffer(a));
+    ASSERT_OK_AND_ASSIGN(auto b_buffer, NewBuffer(b));
+    ASSERT_OK_AND_ASSIGN(auto c_buffer, NewBuffer(c_words));
+    ASSERT_OK(Run(a_buffer, b_buffer, c_buffer, s.m, s.n, s.k, o));
+    std::vector<float> got(c_words.size());
+    ASSERT_OK(acc_->DownloadSync(c_buffer, got.data(), got.size() * 4));
+
+    size_t bad = 0;
+    std::string first;
+    for (size_t i = 0; i < c_size; ++i) {
+      const double tolerance = 4.0 * (s.k + 2) * FLT_EPSILON * magnitude[i];
+      const bool same_bits = std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i]);
+      if (same_bits || std::fabs(double{got[i]} - want[i]) <= tolerance) continue;
+      if (++bad <= 5) absl::StrAppend(&first, " c[", i, "] got ", got[i], " want ", want[i], ";");
+    }
+    for (size_t i = c_size; i < got.size(); ++i) {
+      if (std::bit_cast<uint32_t>(got[i]) != kSentinel && ++bad <= 5) {
+        absl::StrAppend(&first, " guard word ", i - c_size, " was written;");
+      }
+    }
+    EXPECT_EQ(bad, 0u) << Name(s) << ":" << first;
+  }
+
+  std::unique_ptr<Runtime> rt_;
+  Accelerator* acc_ = nullptr;
+};
+
+// Tests every transpose combination on every shape, packed, beta = 0.
+TEST_F(GemmTest, AllTransposesMatchReference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (const Shape& s : kShapes) {
+        SCOPED_TRACE(absl::StrCat(Name(s), ta ? " A^T" : " A", tb ? " B^T" : " B"));
+        ops::GemmOptions o;
+        o.transpose_a = ta;
+        o.transpose_b = tb;
+        Check(s, o);
+      }
+    }
+  }
+}
+
+// Tests batches: packed, with B broadcast (one weight for all), with A
+// broadcast, and transposed with a broadcast operand.
+TEST_F(GemmTest, BatchedWithAndWithoutBroadcast) {
+  for (const Shape& s : {Shape{17, 65, 33}, Shape{64, 64, 64}, Shape{3, 5, 7}}) {
+    SCOPED_TRACE(Name(s));
+    ops::GemmOptions o;
+    o.batch = 5;
+    Check(s, o);
+    o.stride_b = 0;
+    Check(s, o);
+    o.stride_b.reset();
+    o.stride_a = 0;
+    Check(s, o);
+    o.transpose_a = true;
+    o.transpose_b = true;
+    o.stride_a.reset();
+    o.stride_b = 0;
+    Check(s, o);
+  }
+}
+
+// Tests that beta = 0 writes alpha * AB without reading C (NaN there must
+// not leak into the result), that beta = 1 accumulates, and other scalars.
+TEST_F(GemmTest, AlphaAndBeta) {
+  for (const Shape& s : {Shape{17, 65, 33}, Shape{130, 1, 129}, Shape{64, 64, 64}}) {
+    SCOPED_TRACE(Name(s));
+    ops::GemmOptions o;
+    o.alpha = 0.5f;
+    Check(s, o, CInit::kNaN);
+    o.batch = 2;
+    o.transpose_b = true;
+    Check(s, o, CInit::kNaN);
+    o.alpha = 1.0f;
+    o.beta = 1.0f;
+    Check(s, o);
+    o.alpha = -2.0f;
+    o.beta = 0.25f;
+    Check(s, o);
+  }
+}
+
+// Tests that K = 0 gives beta * C (and, with beta = 0, zeros over NaN).
+TEST_F(GemmTest, EmptyKScalesC) {
+  ops::GemmOptions o;
+  o.beta = 3.0f;
+  Check({5, 9, 0}, o);
+  o.beta = 0.0f;
+  Check({5, 9, 0}, o, CInit::kNaN);
+}
+
+// Tests leading dimensions larger than the matrices and element offsets:
+// sub-matrices of larger ones, with the vec4 path of A on (lda % 4 == 0) and
+// off (lda, offset odd).
+TEST_F(GemmTest, LeadingDimensionsAndOffsets) {
+  for (const Shape& s : {Shape{17, 65, 33}, Shape{64, 64, 64}}) {
+    SCOPED_TRACE(Name(s));
+    ops::GemmOptions o;
+    o.lda = s.k + 12;
+    o.ldb = s.n + 3;
+    o.ldc = s.n + 5;
+    o.batch = 2;
+    Check(s, o);
+    o.lda = s.k + 1;
+    o.a_offset = 3;
+    o.b_offset = 7;
+    o.c_offset = 1;
+    o.transpose_b = true;
+    o.ldb = s.k + 2;
+    Check(s, o);
+    o.transpose_a = true;
+    o.lda = s.m + 4;
+    o.a_offset = 8;
+    o.beta = 1.0f;
+    Check(s, o);
+  }
+}
+
+// Tests the argument checks: each names the operand and the sizes.
+TEST_F(GemmTest, RejectsBadArguments) {
+  const uint32_t m = 4, n = 6, k = 5;
+  ASSERT_OK_AND_ASSIGN(auto a, NewBuffer(std::vector<float>(m * k)));
+  ASSERT_OK_AND_ASSIGN(auto b, NewBuffer(std::vector<float>(k * n)));
+  ASSERT_OK_AND_ASSIGN(auto c, NewBuffer(std::vector<float>(m * n)));
+  // One float short of A, B and C.
+  ASSERT_OK_AND_ASSIGN(auto small_a, NewBuffer(std::vector<float>(m * k - 1)));
+  ASSERT_OK_AND_ASSIGN(auto small, NewBuffer(std::vector<float>(k * n - 1)));
+  ASSERT_OK_AND_ASSIGN(auto small_c, NewBuffer(std::vector<float>(m * n - 1)));
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList("gemm_test"));
+  EXPECT_OK(ops::Gemm(*list, a, b, c, m, n, k));
+
+  EXPECT_ERROR(ops::Gemm(*list, a, small, c, m, n, k), absl::StatusCode::kInvalidArgument, "gemm 4x6x5",
+               "B needs 120 bytes, got 116");
+  EXPECT_ERROR(ops::Gemm(*list, small_a, b, c, m, n, k), absl::StatusCode::kInvalidArgument,
+               "A needs 80 bytes, got 76");
+  EXPECT_ERROR(ops::Gemm(*list, a, b, small_c, m, n, k), absl::StatusCode::kInvalidArgument,
+               "C needs 96 bytes, got 92");
+  ops::GemmOptions o;
+  o.batch = 2;
+  EXPECT_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o), absl::StatusCode::kInvalidArgument, "batch 2",
+               "A needs 160 bytes, got 80");
+  o.stride_a = 0;
+  o.stride_b = 0;
+  o.stride_c = 0;
+  EXPECT_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o), absl::StatusCode::kInvalidArgument,
+               "C's batch stride 0 is less than the 24 elements");
+  o = {};
+  o.lda = 3;
+  EXPECT_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o), absl::StatusCode::kInvalidArgument,
+               "A's leading dimension 3 is less than its 5 columns");
+  o = {};
+  o.transpose_b = true;  // B is N x K = 6 x 5: still 30 floats, fine
+  EXPECT_OK(ops::Gemm(*list, a, b, c, m, n, k, o));
+  o.b_offset = 1;
+  EXPECT_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o), absl::StatusCode::kInvalidArgument, "B needs 124 bytes");
+  EXPECT_ERROR(ops::Gemm(*list, a, b, c, 0, n, k), absl::StatusCode::kInvalidArgument, "M, N and batch must be > 0");
+}
+
+}  // namespace
+}  // namespace causeway
