@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <initializer_list>
-#include <tuple>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/accelerator.h"
 #include "runtime/builtin_kernels.h"
+#include "runtime/op_plan.h"
 #include "runtime/status.h"
 
 namespace causeway::ops {
@@ -37,7 +37,7 @@ struct AttentionDotParams {
   uint32_t head_dim;
 };
 
-absl::Status CheckShape(const char* op, CommandList& list, const AttentionShape& s, uint32_t shared_bytes) {
+absl::Status CheckShape(const char* op, const AttentionShape& s) {
   if (s.batch == 0 || s.heads == 0 || s.seq_len == 0 || s.head_dim == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": batch, heads, seq_len and head_dim must be > 0, got ", s.batch, ", ", s.heads,
@@ -52,13 +52,18 @@ absl::Status CheckShape(const char* op, CommandList& list, const AttentionShape&
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": tensors of at most 2^32 - 1 elements, got ", s.elements()));
   }
-  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
-  const uint64_t matrices = uint64_t{s.batch} * s.heads;
-  if (matrices > limits.maxComputeWorkGroupCount[1]) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": batch * heads must be at most ",
-                                                   limits.maxComputeWorkGroupCount[1], " (the device's ",
-                                                   "workgroup count in y), got ", matrices));
+  // Every Vulkan device dispatches 65535 groups in y; more is checked
+  // against the device when recorded.
+  if (uint64_t{s.batch} * s.heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": batch * heads must be at most 65535, got ",
+                                                   uint64_t{s.batch} * s.heads));
   }
+  return absl::OkStatus();
+}
+
+// What the device must offer to run the kernel.
+absl::Status CheckDevice(const char* op, CommandList& list, uint32_t shared_bytes) {
+  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
   if (limits.maxComputeSharedMemorySize < shared_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(op, ": the kernel needs ", shared_bytes,
                                                       " bytes of shared memory, the device has ",
@@ -67,21 +72,11 @@ absl::Status CheckShape(const char* op, CommandList& list, const AttentionShape&
   return absl::OkStatus();
 }
 
-// Checks that each argument holds at least its number of floats.
-absl::Status CheckSizes(const char* op, const AttentionShape& s,
-                        std::initializer_list<std::tuple<const BufferArg*, uint64_t, const char*>> args) {
-  for (auto [arg, floats, what] : args) {
-    if (arg->buffer == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " has no buffer"));
-    }
-    if (arg->resolved_size() < floats * 4) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " [", s.batch, ", ", s.heads, ", ", s.seq_len, ", ",
-                                                     s.head_dim, "]: ", what, " needs ", floats * 4,
-                                                     " bytes, got ", arg->resolved_size()));
-    }
-  }
-  return absl::OkStatus();
+std::string Name(const char* op, const AttentionShape& s) {
+  return absl::StrCat(op, " [", s.batch, ", ", s.heads, ", ", s.seq_len, ", ", s.head_dim, "]");
 }
+
+OpPlan::Operand Floats(const char* name, uint64_t elements) { return {name, elements * 4}; }
 
 AttentionParams Params(const AttentionShape& s) {
   return AttentionParams{s.seq_len, s.head_dim, 1.0f / std::sqrt(static_cast<float>(s.head_dim))};
@@ -93,47 +88,51 @@ std::array<uint32_t, 3> Groups(const AttentionShape& s) {
 
 }  // namespace
 
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape) {
+  constexpr const char* kOp = "attention";
+  RETURN_IF_ERROR(CheckShape(kOp, shape));
+  const uint64_t n = shape.elements();
+  OpPlan plan{Name(kOp, shape),
+              {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("lse", shape.rows())},
+              {}};
+  plan.launches.push_back({"attention", {0, 1, 2, 3, 4}, PushBytes(Params(shape)), Groups(shape), {}});
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
+  constexpr const char* kOp = "attention_backward";
+  RETURN_IF_ERROR(CheckShape(kOp, shape));
+  const uint64_t n = shape.elements();
+  const uint64_t rows = shape.rows();
+  OpPlan plan{Name(kOp, shape),
+              {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("d_out", n),
+               Floats("lse", rows), Floats("delta", rows), Floats("dq", n), Floats("dk", n), Floats("dv", n)},
+              {}};
+  plan.launches.push_back({"attention_backward_dot", {3, 4, 6},
+                           PushBytes(AttentionDotParams{static_cast<uint32_t>(rows), shape.head_dim}),
+                           Groups1D(rows, kDotLocal), {}});
+  // Pass 0 writes dk and dv, pass 1 dq (specialization constant 1).
+  for (uint32_t pass : {0u, 1u}) {
+    plan.launches.push_back(
+        {"attention_backward", {0, 1, 2, 4, 5, 6, 7, 8, 9}, PushBytes(Params(shape)), Groups(shape), {{1, pass}}});
+  }
+  return plan;
+}
+
 absl::Status AttentionForward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
                               const BufferArg& out, const BufferArg& lse, const AttentionShape& shape) {
-  constexpr const char* kOp = "attention";
-  RETURN_IF_ERROR(CheckShape(kOp, list, shape, kForwardSharedBytes));
-  const uint64_t n = shape.elements();
-  RETURN_IF_ERROR(CheckSizes(
-      kOp, shape, {{&q, n, "q"}, {&k, n, "k"}, {&v, n, "v"}, {&out, n, "out"}, {&lse, shape.rows(), "lse"}}));
-  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("attention"));
-  return list.Dispatch(kernel, {q, k, v, out, lse}, Params(shape), Groups(shape));
+  ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionForward(shape));
+  RETURN_IF_ERROR(CheckDevice("attention", list, kForwardSharedBytes));
+  return Record(list, plan, {q, k, v, out, lse});
 }
 
 absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
                                const BufferArg& out, const BufferArg& d_out, const BufferArg& lse,
                                const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
                                const BufferArg& dv, const AttentionShape& shape) {
-  constexpr const char* kOp = "attention_backward";
-  RETURN_IF_ERROR(CheckShape(kOp, list, shape, kBackwardSharedBytes));
-  const uint64_t n = shape.elements();
-  const uint64_t rows = shape.rows();
-  RETURN_IF_ERROR(CheckSizes(kOp, shape,
-                             {{&q, n, "q"},
-                              {&k, n, "k"},
-                              {&v, n, "v"},
-                              {&out, n, "out"},
-                              {&d_out, n, "d_out"},
-                              {&lse, rows, "lse"},
-                              {&delta, rows, "delta"},
-                              {&dq, n, "dq"},
-                              {&dk, n, "dk"},
-                              {&dv, n, "dv"}}));
-  ASSIGN_OR_RETURN(auto dot, BuiltinKernel("attention_backward_dot"));
-  ASSIGN_OR_RETURN(auto backward, BuiltinKernel("attention_backward"));
-  RETURN_IF_ERROR(list.Dispatch(dot, {out, d_out, delta},
-                                AttentionDotParams{static_cast<uint32_t>(rows), shape.head_dim},
-                                Groups1D(rows, kDotLocal)));
-  // Pass 0 writes dk and dv, pass 1 dq (specialization constant 1).
-  for (uint32_t pass : {0u, 1u}) {
-    RETURN_IF_ERROR(list.Dispatch(backward, {q, k, v, d_out, lse, delta, dq, dk, dv}, Params(shape),
-                                  Groups(shape), {{1, pass}}));
-  }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionBackward(shape));
+  RETURN_IF_ERROR(CheckDevice("attention_backward", list, kBackwardSharedBytes));
+  return Record(list, plan, {q, k, v, out, d_out, lse, delta, dq, dk, dv});
 }
 
 }  // namespace causeway::ops

@@ -18,7 +18,9 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/command_list.h"
+#include "runtime/op_plan.h"
 
 namespace causeway {
 
@@ -55,6 +57,13 @@ absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const Buff
                                const BufferArg& out, const BufferArg& d_out, const BufferArg& lse,
                                const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
                                const BufferArg& dv, const AttentionShape& shape);
+
+// The same as plans (op_plan.h), for functions of programs. Forward's
+// operands: q, k, v, out, lse; backward's: q, k, v, out, d_out, lse, delta,
+// dq, dk, dv. A device must offer 17 KiB (forward) and 25 KiB (backward) of
+// shared memory; the helpers above check it, a program's dispatch fails.
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape);
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape);
 
 }  // namespace ops
 }  // namespace causeway

@@ -18,7 +18,9 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/command_list.h"
+#include "runtime/op_plan.h"
 
 namespace causeway::ops {
 
@@ -92,6 +94,41 @@ absl::Status Adam(CommandList& list, const BufferArg& p, const BufferArg& g, con
 // velocity = momentum * velocity + g, p -= lr * velocity (velocity required).
 absl::Status Sgd(CommandList& list, const BufferArg& p, const BufferArg& g,
                  const std::optional<BufferArg>& velocity, uint32_t count, float lr, float momentum = 0.0f);
+
+// out[a, c, b, d] = in[a, b, c, d] for [A, B, C, D] row-major floats: splits
+// attention heads ([batch, T, heads, head_dim] -> [batch, heads, T,
+// head_dim]) and merges them (the same with B and C swapped). in and out
+// must not overlap.
+absl::Status Permute0213(CommandList& list, const BufferArg& in, const BufferArg& out, uint32_t a, uint32_t b,
+                         uint32_t c, uint32_t d);
+// Adam as Adam() does it, with the step read from `step` (one float,
+// counting from 1) and the new values written to p_out, m_out, v_out, which
+// may be the buffers of p, m, v (in place): the form a program's function
+// needs, since its push constants are fixed when it is built.
+absl::Status AdamUpdate(CommandList& list, const BufferArg& p, const BufferArg& g, const BufferArg& m,
+                        const BufferArg& v, const BufferArg& step, const BufferArg& p_out, const BufferArg& m_out,
+                        const BufferArg& v_out, uint32_t count, const AdamConfig& config);
+
+// The same operations as plans (op_plan.h), for functions of programs. The
+// operands are those of the helpers above in their order; optional ones
+// are present as the flags say (Embedding: pos when with_positions; Sgd:
+// velocity when momentum != 0).
+absl::StatusOr<OpPlan> PlanBiasGelu(uint32_t rows, uint32_t cols);
+absl::StatusOr<OpPlan> PlanBiasGeluBackward(uint32_t rows, uint32_t cols);
+absl::StatusOr<OpPlan> PlanLayerNorm(uint32_t rows, uint32_t cols, float eps);
+absl::StatusOr<OpPlan> PlanLayerNormBackward(uint32_t rows, uint32_t cols);
+absl::StatusOr<OpPlan> PlanSoftmaxCausal(uint32_t batch_heads, uint32_t t, float scale);
+absl::StatusOr<OpPlan> PlanSoftmaxCausalBackward(uint32_t batch_heads, uint32_t t, float scale);
+absl::StatusOr<OpPlan> PlanCrossEntropy(uint32_t rows, uint32_t vocab);
+absl::StatusOr<OpPlan> PlanCrossEntropyBackward(uint32_t rows, uint32_t vocab, std::optional<float> scale = {});
+absl::StatusOr<OpPlan> PlanEmbedding(uint32_t tokens, uint32_t dim, uint32_t vocab, uint32_t seq_len,
+                                     bool with_positions);
+absl::StatusOr<OpPlan> PlanEmbeddingBackward(uint32_t tokens, uint32_t dim, uint32_t vocab);
+absl::StatusOr<OpPlan> PlanPositionEmbeddingBackward(uint32_t tokens, uint32_t dim, uint32_t seq_len);
+absl::StatusOr<OpPlan> PlanAdam(uint32_t count, uint32_t step, const AdamConfig& config);
+absl::StatusOr<OpPlan> PlanSgd(uint32_t count, float lr, float momentum = 0.0f);
+absl::StatusOr<OpPlan> PlanPermute0213(uint32_t a, uint32_t b, uint32_t c, uint32_t d);
+absl::StatusOr<OpPlan> PlanAdamUpdate(uint32_t count, const AdamConfig& config);
 
 }  // namespace causeway::ops
 

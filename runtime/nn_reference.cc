@@ -217,4 +217,18 @@ void SgdStep(std::vector<float>& p, const std::vector<float>& g, std::vector<flo
   }
 }
 
+std::vector<float> Permute0213(const std::vector<float>& in, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  std::vector<float> out(in.size());
+  for (uint32_t i = 0; i < a; ++i) {
+    for (uint32_t j = 0; j < b; ++j) {
+      for (uint32_t k = 0; k < c; ++k) {
+        for (uint32_t l = 0; l < d; ++l) {
+          out[((size_t{i} * c + k) * b + j) * d + l] = in[((size_t{i} * b + j) * c + k) * d + l];
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace causeway::reference

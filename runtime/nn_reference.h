@@ -80,6 +80,9 @@ void AdamStep(std::vector<float>& p, const std::vector<float>& g, std::vector<fl
 void SgdStep(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& velocity, float lr,
              float momentum);
 
+// permute_0213: out[a, c, b, d] = in[a, b, c, d] for sizes [A, B, C, D].
+std::vector<float> Permute0213(const std::vector<float>& in, uint32_t a, uint32_t b, uint32_t c, uint32_t d);
+
 }  // namespace causeway::reference
 
 #endif  // CAUSEWAY_RUNTIME_NN_REFERENCE_H_

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/accelerator.h"
 #include "runtime/builtin_kernels.h"
+#include "runtime/op_plan.h"
 #include "runtime/status.h"
 
 namespace causeway::ops {
@@ -137,43 +138,65 @@ struct GemmParams {
 };
 static_assert(sizeof(GemmParams) == 60);
 
-// The kernel's tile: each invocation computes kGemmRows x 1 outputs, a group
-// of kGemmWidth invocations kGemmRows x kGemmWidth.
+// The kernel's blocks per path (shaders/gemm.comp): kSubgroupLanes groups of
+// kGemmLanes invocations compute kGemmLaneRows x 32 of C; kSharedTiles groups
+// of kGemmTileGroup invocations 64 x 64; kInvocationBlocks groups of
+// kGemmWidth invocations kGemmRows x kGemmWidth.
+constexpr uint32_t kGemmLanes = 8;
+constexpr uint32_t kGemmLaneRows = 8;
+constexpr uint32_t kGemmLaneCols = 32;
+constexpr uint32_t kGemmTileGroup = 256;
+constexpr uint32_t kGemmTile = 64;
 constexpr uint32_t kGemmWidth = 64;
 constexpr uint32_t kGemmRows = 16;
-// flags bit 0: A's rows may be read as vec4.
+// Constant 6: A's (bit 0) and B's (bit 1) runs of four may be read as vec4.
+constexpr uint32_t kGemmVec4Spec = 6;
 constexpr uint32_t kGemmVec4A = 1;
+constexpr uint32_t kGemmVec4B = 2;
+
+const char* GemmPathName(GemmPath path) {
+  switch (path) {
+    case GemmPath::kSubgroupLanes:
+      return "subgroup-lanes";
+    case GemmPath::kSharedTiles:
+      return "shared-tiles";
+    case GemmPath::kInvocationBlocks:
+      return "invocation-blocks";
+  }
+  return "unknown";
+}
 
 }  // namespace
 
-absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
-                  uint32_t n, uint32_t k, const GemmOptions& o) {
+absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOptions& o,
+                                const PhysicalDeviceInfo* device) {
   const std::string what = absl::StrCat("gemm ", m, "x", n, "x", k, " batch ", o.batch);
   if (m == 0 || n == 0 || o.batch == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": M, N and batch must be > 0"));
   }
-  const uint32_t max_z = list.accelerator()->info().limits.maxComputeWorkGroupCount[2];
+  // Every Vulkan device dispatches 65535 groups in z.
+  const uint32_t max_z = device != nullptr ? device->limits.maxComputeWorkGroupCount[2] : 65535;
   if (o.batch > max_z) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": batch must be at most ", max_z, " on this device"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": batch must be at most ", max_z,
+                                                   device != nullptr ? " on this device" : ""));
   }
   struct Operand {
     const char* name;
-    const BufferArg* arg;
     uint64_t rows, cols;  // as stored
     uint32_t ld;
     std::optional<uint64_t> stride;
     uint64_t offset;
     uint32_t resolved_ld = 0;
     uint64_t resolved_stride = 0;
+    uint64_t elements = 0;
   };
   std::array<Operand, 3> operands = {{
-      {"A", &a, o.transpose_a ? k : m, o.transpose_a ? m : k, o.lda, o.stride_a, o.a_offset},
-      {"B", &b, o.transpose_b ? n : k, o.transpose_b ? k : n, o.ldb, o.stride_b, o.b_offset},
-      {"C", &c, m, n, o.ldc, o.stride_c, o.c_offset},
+      {"A", o.transpose_a ? k : m, o.transpose_a ? m : k, o.lda, o.stride_a, o.a_offset},
+      {"B", o.transpose_b ? n : k, o.transpose_b ? k : n, o.ldb, o.stride_b, o.b_offset},
+      {"C", m, n, o.ldc, o.stride_c, o.c_offset},
   }};
   constexpr uint64_t kMaxIndex = std::numeric_limits<uint32_t>::max();
   for (Operand& op : operands) {
-    if (op.arg->buffer == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " is null"));
     const uint64_t ld = op.ld == 0 ? op.cols : op.ld;
     if (ld < op.cols) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, "'s leading dimension ", ld,
@@ -188,12 +211,9 @@ absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, con
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " spans ", elements,
                                                      " elements; the kernel indexes at most 2^32 - 1"));
     }
-    if (op.arg->resolved_size() < elements * 4) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", op.name, " needs ", elements * 4,
-                                                     " bytes, got ", op.arg->resolved_size()));
-    }
     op.resolved_ld = static_cast<uint32_t>(ld);
     op.resolved_stride = stride;
+    op.elements = elements;
   }
   // Batches write C concurrently: their matrices must not overlap.
   const uint64_t c_span = uint64_t{m - 1} * operands[2].resolved_ld + n;
@@ -217,20 +237,95 @@ absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, con
                     o.alpha,
                     o.beta,
                     0};
-  // Binding offsets are multiples of 4 bytes only; vec4 reads need the
-  // binding and every row start at a multiple of 16 bytes.
-  if (!o.transpose_a && a.offset % 16 == 0 && params.lda % 4 == 0 && params.stride_a % 4 == 0 &&
-      params.a_offset % 4 == 0) {
-    params.flags |= kGemmVec4A;
+  // Without a device, the path that runs on any: invocation blocks.
+  const bool lanes_ok = device != nullptr && device->subgroup_size == kGemmLanes;
+  const bool tiles_ok = device != nullptr && device->limits.maxComputeWorkGroupInvocations >= kGemmTileGroup &&
+                        device->limits.maxComputeWorkGroupSize[0] >= kGemmTileGroup;
+  GemmPath path = GemmPath::kInvocationBlocks;
+  if (o.path.has_value()) {
+    path = *o.path;
+    if (device == nullptr && path != GemmPath::kInvocationBlocks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": path ", GemmPathName(path), " needs the device it will run on"));
+    }
+    if ((path == GemmPath::kSubgroupLanes && !lanes_ok) || (path == GemmPath::kSharedTiles && !tiles_ok)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": path ", GemmPathName(path), " needs ",
+                                                     path == GemmPath::kSubgroupLanes ? "a subgroup size of 8"
+                                                                                       : "256 invocations per group",
+                                                     "; this device has subgroups of ", device->subgroup_size,
+                                                     " and at most ", device->limits.maxComputeWorkGroupInvocations,
+                                                     " invocations per group"));
+    }
+  } else if (device == nullptr) {
+    path = GemmPath::kInvocationBlocks;
+  } else if (device->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    if (lanes_ok) path = GemmPath::kSubgroupLanes;
+  } else if (tiles_ok) {
+    path = GemmPath::kSharedTiles;
   }
-  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("gemm"));
-  const std::array<uint32_t, 3> groups{(n + kGemmWidth - 1) / kGemmWidth, (m + kGemmRows - 1) / kGemmRows, o.batch};
-  return list.Dispatch(kernel, {a, b, c}, params, groups,
-                       {{0, kGemmWidth},
-                        {1, o.transpose_a ? 1u : 0u},
-                        {2, o.transpose_b ? 1u : 0u},
-                        {3, kGemmRows},
-                        {4, 1}});
+
+  // vec4 reads need every run of four at a multiple of 16 bytes from the
+  // binding (a plan's operands are bound at their start; Gemm below clears
+  // the bits for a binding that is not 16-byte aligned).
+  uint32_t vec4 = 0;
+  if (params.lda % 4 == 0 && params.stride_a % 4 == 0 && params.a_offset % 4 == 0) {
+    vec4 |= kGemmVec4A;
+  }
+  if (params.ldb % 4 == 0 && params.stride_b % 4 == 0 && params.b_offset % 4 == 0) {
+    vec4 |= kGemmVec4B;
+  }
+  // The lanes path reads whole quads of A's rows (transposed) and of B's
+  // columns (not transposed), which must not straddle M or N.
+  if (path == GemmPath::kSubgroupLanes) {
+    if (o.transpose_a && m % 4 != 0) vec4 &= ~kGemmVec4A;
+    if (!o.transpose_b && n % 4 != 0) vec4 &= ~kGemmVec4B;
+  }
+
+  uint32_t width = kGemmWidth, rows = kGemmRows, cols = 1, per_x = kGemmWidth, per_y = kGemmRows;
+  switch (path) {
+    case GemmPath::kSubgroupLanes:
+      width = kGemmLanes;
+      rows = kGemmLaneRows;
+      per_x = kGemmLaneCols;
+      per_y = kGemmLaneRows;
+      break;
+    case GemmPath::kSharedTiles:
+      width = kGemmTileGroup;
+      per_x = kGemmTile;
+      per_y = kGemmTile;
+      break;
+    case GemmPath::kInvocationBlocks:
+      break;
+  }
+  OpPlan plan{what,
+              {{"A", operands[0].elements * 4}, {"B", operands[1].elements * 4}, {"C", operands[2].elements * 4}},
+              {}};
+  const std::array<uint32_t, 3> groups{(n + per_x - 1) / per_x, (m + per_y - 1) / per_y, o.batch};
+  plan.launches.push_back({"gemm",
+                           {0, 1, 2},
+                           PushBytes(params),
+                           groups,
+                           {{0, width},
+                            {1, o.transpose_a ? 1u : 0u},
+                            {2, o.transpose_b ? 1u : 0u},
+                            {3, rows},
+                            {4, cols},
+                            {5, static_cast<uint32_t>(path)},
+                            {kGemmVec4Spec, vec4}}});
+  return plan;
+}
+
+absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
+                  uint32_t n, uint32_t k, const GemmOptions& o) {
+  ASSIGN_OR_RETURN(OpPlan plan, PlanGemm(m, n, k, o, &list.accelerator()->info()));
+  // Binding offsets are multiples of 4 bytes only: no vec4 reads from one
+  // that is not 16-byte aligned.
+  for (auto& [id, value] : plan.launches[0].spec) {
+    if (id != kGemmVec4Spec) continue;
+    if (a.offset % 16 != 0) value &= ~kGemmVec4A;
+    if (b.offset % 16 != 0) value &= ~kGemmVec4B;
+  }
+  return Record(list, plan, {a, b, c});
 }
 
 }  // namespace causeway::ops

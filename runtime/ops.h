@@ -12,7 +12,10 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/command_list.h"
+#include "runtime/instance.h"
+#include "runtime/op_plan.h"
 
 namespace causeway::ops {
 
@@ -45,6 +48,21 @@ uint32_t ReduceSumScratch(uint32_t count);
 absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
                     uint32_t n, uint32_t k, uint32_t tile = 16);
 
+// How the `gemm` kernel divides the work (shaders/gemm.comp, constant 5).
+enum class GemmPath : uint32_t {
+  // One subgroup of 8 per group; each value of A and B is read once per
+  // group and A's are passed between lanes by subgroup broadcasts. Fastest
+  // on CPU drivers (lavapipe), where each invocation is a SIMD lane and a
+  // read is a loop over the lanes. Needs a subgroup size of 8.
+  kSubgroupLanes = 0,
+  // Tiles of A and B in shared memory, 256 invocations of 4 x 4 outputs per
+  // group, for GPUs. Needs maxComputeWorkGroupInvocations >= 256.
+  kSharedTiles = 1,
+  // Each invocation computes a column of 16 outputs on its own; works on
+  // any device.
+  kInvocationBlocks = 2,
+};
+
 // How ops::Gemm reads its operands. Sizes are in elements. A leading
 // dimension is the distance between consecutive rows of a matrix as stored
 // (0: packed, i.e. its column count as stored); a batch stride the distance
@@ -60,12 +78,17 @@ struct GemmOptions {
   std::optional<uint64_t> stride_a, stride_b, stride_c;
   // Where each operand's first matrix starts in its BufferArg.
   uint64_t a_offset = 0, b_offset = 0, c_offset = 0;
+  // nullopt: kSubgroupLanes on a CPU device with subgroups of 8, kSharedTiles
+  // on other devices that allow 256 invocations per group, else
+  // kInvocationBlocks. Set it to compare the paths or to test one.
+  std::optional<GemmPath> path;
 };
 // C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for i < options.batch,
 // op(A) M x K, op(B) K x N, C M x N, row-major f32, by the `gemm` kernel (one
-// pipeline per transpose combination). M, N and batch must be > 0; K may be
-// 0 (C = beta * C). Each operand's range must hold its last element, and C
-// must not overlap A or B. Errors name the operand and the sizes.
+// pipeline per path, transpose combination and vec4 alignment). M, N and
+// batch must be > 0; K may be 0 (C = beta * C). Each operand's range must
+// hold its last element, and C must not overlap A or B. Errors name the
+// operand and the sizes, or the path the device cannot run.
 //
 // Example (a batch of 16 activations times one weight):
 //   GemmOptions o;
@@ -74,6 +97,11 @@ struct GemmOptions {
 //   RETURN_IF_ERROR(ops::Gemm(*list, x, w, y, 128, 64, 128, o));
 absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
                   uint32_t n, uint32_t k, const GemmOptions& options = {});
+// The same as a plan (op_plan.h; operands A, B, C), for the device `device`
+// describes: the path is chosen for it as above. Without a device the plan
+// runs on any (invocation blocks), and a path other than that is refused.
+absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOptions& options = {},
+                                const PhysicalDeviceInfo* device = nullptr);
 
 }  // namespace causeway::ops
 

@@ -26,6 +26,14 @@ struct GemmLayout {
 };
 void Gemm(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c, uint32_t m, uint32_t n,
           uint32_t k, const GemmLayout& layout);
+// SplitMix64 (Steele, Lea, Flood 2014): the (i+1)-th output from `seed`, a
+// counter-based generator that gives the same numbers on every machine.
+inline uint64_t SplitMix64(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 double Sum(const std::vector<float>& x);
 // max_i |got_i - want_i| / max(1, |want_i|); infinity when sizes differ.
 double MaxRelativeError(const std::vector<float>& got, const std::vector<float>& want);

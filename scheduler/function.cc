@@ -117,6 +117,58 @@ absl::StatusOr<std::shared_ptr<const Function>> Function::RepeatedAdd(const Shap
   return Create(absl::StrCat("add_x", count), {t, t}, {t}, {}, std::move(steps));
 }
 
+FunctionBuilder& FunctionBuilder::Add(const absl::StatusOr<ops::OpPlan>& plan, std::vector<int> buffers) {
+  ops_.push_back({plan, std::move(buffers)});
+  return *this;
+}
+
+absl::StatusOr<std::shared_ptr<const Function>> FunctionBuilder::Build() const {
+  // Function arguments are inputs, then outputs, then scratch.
+  std::vector<int> index(buffers_.size());
+  std::vector<TensorSpec> lists[3];
+  for (Kind kind : {kInput, kOutput, kScratch}) {
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      if (buffers_[b].kind != kind) continue;
+      index[b] = static_cast<int>(lists[kInput].size() + lists[kOutput].size() + lists[kScratch].size());
+      lists[kind].push_back(buffers_[b].spec);
+    }
+  }
+  std::vector<KernelStep> steps;
+  for (size_t o = 0; o < ops_.size(); ++o) {
+    const Added& added = ops_[o];
+    if (!added.plan.ok()) {
+      return absl::Status(added.plan.status().code(), absl::StrCat("function '", name_, "' operation ", o, ": ",
+                                                                   added.plan.status().message()));
+    }
+    const ops::OpPlan& plan = *added.plan;
+    if (added.buffers.size() != plan.operands.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("function '", name_, "': ", plan.name, " takes ",
+                                                     plan.operands.size(), " buffers, given ", added.buffers.size()));
+    }
+    for (size_t i = 0; i < added.buffers.size(); ++i) {
+      const int b = added.buffers[i];
+      if (b < 0 || static_cast<size_t>(b) >= buffers_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("function '", name_, "': ", plan.name, ": ",
+                                                       plan.operands[i].name, " is bound to unknown buffer ", b));
+      }
+      if (buffers_[b].spec.bytes() < plan.operands[i].bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("function '", name_, "': ", plan.name, ": ",
+                                                       plan.operands[i].name, " needs ", plan.operands[i].bytes,
+                                                       " bytes, its buffer ", buffers_[b].spec.ToString(), " has ",
+                                                       buffers_[b].spec.bytes()));
+      }
+    }
+    for (const ops::Launch& launch : plan.launches) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, BuiltinKernel(launch.kernel));
+      KernelStep step{std::move(kernel), {}, launch.push_constants, launch.groups, launch.spec};
+      for (int operand : launch.operands) step.args.push_back(index[added.buffers[operand]]);
+      steps.push_back(std::move(step));
+    }
+  }
+  return Function::Create(name_, std::move(lists[kInput]), std::move(lists[kOutput]), std::move(lists[kScratch]),
+                          std::move(steps));
+}
+
 absl::Status Function::Record(CommandList& list, const std::vector<BufferArg>& buffers) const {
   size_t want = inputs_.size() + outputs_.size() + scratch_.size();
   if (buffers.size() != want) {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/command_list.h"
 #include "runtime/kernel.h"
+#include "runtime/op_plan.h"
 #include "scheduler/dtype.h"
 
 namespace causeway {
@@ -69,6 +70,52 @@ class Function {
   std::string name_;
   std::vector<TensorSpec> inputs_, outputs_, scratch_;
   std::vector<KernelStep> steps_;
+};
+
+// Builds a Function from operation plans (runtime/op_plan.h): declare its
+// buffers, then add operations that bind them, in the order they run.
+//
+// Example (the first half of a GELU MLP):
+//   FunctionBuilder f("mlp_up");
+//   const int x = f.Input({{rows, d}}), w = f.Input({{d, ff}}), b = f.Input({{ff}});
+//   const int h = f.Scratch({{rows, ff}}), y = f.Output({{rows, ff}});
+//   f.Add(ops::PlanGemm(rows, ff, d), {x, w, h});
+//   f.Add(ops::PlanBiasGelu(rows, ff), {h, b, y});
+//   ASSIGN_OR_RETURN(std::shared_ptr<const Function> mlp_up, f.Build());
+class FunctionBuilder {
+ public:
+  explicit FunctionBuilder(std::string name) : name_(std::move(name)) {}
+
+  // Each returns the buffer's handle for Add.
+  int Input(TensorSpec spec) { return Declare(kInput, std::move(spec)); }
+  int Output(TensorSpec spec) { return Declare(kOutput, std::move(spec)); }
+  int Scratch(TensorSpec spec) { return Declare(kScratch, std::move(spec)); }
+
+  // Appends the plan's launches with its operand i bound to buffers[i]. A
+  // failed plan, a wrong number of buffers, an unknown handle or a buffer
+  // smaller than its operand needs is reported by Build, naming the plan.
+  FunctionBuilder& Add(const absl::StatusOr<ops::OpPlan>& plan, std::vector<int> buffers);
+
+  absl::StatusOr<std::shared_ptr<const Function>> Build() const;
+
+ private:
+  enum Kind { kInput, kOutput, kScratch };
+  struct Declared {
+    Kind kind;
+    TensorSpec spec;
+  };
+  struct Added {
+    absl::StatusOr<ops::OpPlan> plan;
+    std::vector<int> buffers;
+  };
+  int Declare(Kind kind, TensorSpec spec) {
+    buffers_.push_back({kind, std::move(spec)});
+    return static_cast<int>(buffers_.size()) - 1;
+  }
+
+  std::string name_;
+  std::vector<Declared> buffers_;
+  std::vector<Added> ops_;
 };
 
 }  // namespace causeway

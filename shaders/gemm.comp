@@ -18,49 +18,78 @@
 //                                                        0 = one matrix for all)
 //                    uint a_offset, b_offset, c_offset; (elements)
 //                    float alpha, beta;
-//                    uint flags;   bit 0: A may be read as vec4 (see below)
+//                    uint flags;   reserved, 0
 //                    60 bytes.
-// Specialization:    constant 0 = workgroup size x = WG (default 64, <= 1024)
+// Specialization:    constant 0 = workgroup size x = WG (see the paths)
 //                    constant 1 = transpose A (0 or 1, default 0)
 //                    constant 2 = transpose B (0 or 1, default 0)
-//                    constant 3 = rows of C per invocation R (default 16)
-//                    constant 4 = columns of C per invocation S (default 1)
+//                    constant 3 = rows of C per group or invocation R (paths)
+//                    constant 4 = columns of C per invocation S (path 2)
+//                    constant 5 = the path (default 0, below)
+//                    constant 6 = vec4 reads: bit 0 for A, bit 1 for B
 //
-// Each invocation computes R x S outputs: rows row0 .. row0 + R - 1 and the
-// columns col0 + lx * S .. + S - 1, where row0 = group.y * R,
-// col0 = group.x * WG * S and lx the local index. The R values of A it needs
-// per k are the same for every invocation of the group (they depend on no
-// local id), so a CPU driver loads each once for the whole SIMD batch and
-// broadcasts it; only B is read per invocation. There are no barriers and no
-// shared memory: on lavapipe a barrier splits the shader into coroutines and
-// shared memory is plain memory, so a shared tile only adds copies.
-// Out-of-range rows and columns are clamped for loading and not stored, so
-// control flow stays uniform; any M, N, K >= 0 work (K = 0 gives beta * C).
-// beta == 0 never reads C, which may hold anything (NaN included).
+// Every path clamps or zero-fills out-of-range rows, columns and k for
+// loading and stores only in-range elements of C, so any M, N, K >= 0 work
+// (K = 0 gives beta * C). beta == 0 never reads C, which may hold anything
+// (NaN included). The module uses subgroupBroadcast (subgroup ballot).
 //
-// flags bit 0 (the host sets it when !transpose_a, lda % 4 == 0,
-// stride_a % 4 == 0 and a_offset % 4 == 0): A's rows are read four k at a
-// time as vec4. Without it every element is read singly.
+// Path 0, subgroup lanes (for CPU drivers; WG = subgroup size = 8, R a
+// multiple of 4 up to 16, the host uses 8). A group is one subgroup and
+// computes an R x 32 block of C: lane l owns the four columns col0 + 4l .. + 3
+// of its R rows. On a CPU driver every invocation is a SIMD lane and a memory
+// read inside a loop is a scalar loop over the lanes, whatever its address,
+// so the path reads each value of the block's A and B once per group, four
+// floats per read: per 8 k, lane l reads four values of A per 4 rows (row
+// l % 4 at k0 + 4 (l / 4) .. + 3, or, transposed, four rows at k0 + l) and
+// its four columns of B at each k, and the lanes pass A's values to each
+// other with subgroupBroadcast, a register shuffle. The last K % 8 are read
+// singly. Dispatch (ceil(N / 32), ceil(M / R), batch).
 //
-// Dispatch (the host computes it from these formulas):
-//   groups_x = ceil(N / (WG * S))
-//   groups_y = ceil(M / R)
-//   groups_z = batch (<= maxComputeWorkGroupCount[2])
-// With the defaults: (ceil(N / 64), ceil(M / 16), batch). Skip the dispatch
-// when M, N or batch is 0.
+// Path 1, shared tiles (for GPUs; WG = 256). A group computes a 64 x 64
+// block of C: per 16 k its 256 invocations each read a run of four
+// consecutive floats of A and of B (vec4 where aligned and in range, else
+// singly with zeros past the edge) into shared 16 x 64 tiles, then each
+// computes 4 x 4 outputs (rows ty + 16i, columns tx + 16j) from the tiles.
+// Dispatch (ceil(N / 64), ceil(M / 64), batch).
+//
+// Path 2, invocation blocks (the portable fallback; any WG, R, S). Each
+// invocation computes R x S outputs: rows row0 .. + R - 1, columns
+// col0 + lx * S .. + S - 1 (row0 = group.y * R, col0 = group.x * WG * S,
+// lx the local index), reading A's R values per k (the same across the
+// group) and B's S values itself. Dispatch (ceil(N / (WG * S)),
+// ceil(M / R), batch).
+//
+// Constant 6, bit 0 (bit 1 likewise for B) may be set when A's binding
+// offset is a multiple of 16 bytes and lda, stride_a and a_offset are
+// multiples of 4; path 0 also needs M % 4 == 0 when A is transposed (N % 4
+// == 0 when B is not), path 2 ignores it when A is transposed and for B.
+//
+// groups_z = batch (<= maxComputeWorkGroupCount[2]). Skip the dispatch when
+// M, N or batch is 0.
 #version 450
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_ballot : require
 
 layout(local_size_x = 64, local_size_x_id = 0) in;
 
 layout(constant_id = 1) const uint kTransposeA = 0;
 layout(constant_id = 2) const uint kTransposeB = 0;
-layout(constant_id = 3) const uint kRows = 16;
+layout(constant_id = 3) const uint kRows = 8;
 layout(constant_id = 4) const uint kCols = 1;
+layout(constant_id = 5) const uint kPath = 0;
+layout(constant_id = 6) const uint kVec4 = 0;
+
+const uint kSubgroupLanes = 0;
+const uint kSharedTiles = 1;
+const uint kInvocationBlocks = 2;
+const uint kVec4A = 1;
+const uint kVec4B = 2;
 
 layout(set = 0, binding = 0, std430) readonly buffer A { float a[]; };
-// The same buffer as vec4s, for flags bit 0.
+// The same buffers as vec4s, for constant 6.
 layout(set = 0, binding = 0, std430) readonly buffer A4 { vec4 a4[]; };
 layout(set = 0, binding = 1, std430) readonly buffer B { float b[]; };
+layout(set = 0, binding = 1, std430) readonly buffer B4 { vec4 b4[]; };
 layout(set = 0, binding = 2, std430) buffer C { float c[]; };
 
 layout(push_constant) uniform Params {
@@ -81,9 +110,30 @@ layout(push_constant) uniform Params {
   uint flags;
 } p;
 
-const uint kVec4A = 1;
+// Stores alpha * acc (+ beta * C) at (row, col) of C when it is in range.
+void Store(uint c_base, uint row, uint col, float acc) {
+  if (row < p.M && col < p.N) {
+    const uint at = c_base + row * p.ldc + col;
+    float value = p.alpha * acc;
+    if (p.beta != 0.0) {
+      value = fma(p.beta, c[at], value);
+    }
+    c[at] = value;
+  }
+}
 
-void main() {
+// Four floats of A (or B): with vec4_ok the four from index `at` on (`at` a
+// multiple of 4), else the elements at at_q.
+vec4 LoadA4(bool vec4_ok, uint at, uvec4 at_q) {
+  if (vec4_ok) return a4[at / 4];
+  return vec4(a[at_q.x], a[at_q.y], a[at_q.z], a[at_q.w]);
+}
+vec4 LoadB4(bool vec4_ok, uint at, uvec4 at_q) {
+  if (vec4_ok) return b4[at / 4];
+  return vec4(b[at_q.x], b[at_q.y], b[at_q.z], b[at_q.w]);
+}
+
+void InvocationBlocks() {
   const uint batch = gl_WorkGroupID.z;
   const uint row0 = gl_WorkGroupID.y * kRows;
   const uint col0 = gl_WorkGroupID.x * gl_WorkGroupSize.x * kCols + gl_LocalInvocationID.x * kCols;
@@ -113,7 +163,7 @@ void main() {
   }
 
   uint k = 0;
-  if ((p.flags & kVec4A) != 0) {
+  if (kTransposeA == 0 && (kVec4 & kVec4A) != 0) {
     // a_row[i] is a multiple of 4 here, and so is k.
     for (; k + 4 <= p.K; k += 4) {
       float bv[4][kCols];
@@ -148,17 +198,212 @@ void main() {
 
   const uint c_base = p.c_offset + batch * p.stride_c;
   for (uint i = 0; i < kRows; ++i) {
-    const uint row = row0 + i;
     for (uint j = 0; j < kCols; ++j) {
-      const uint col = col0 + j;
-      if (row < p.M && col < p.N) {
-        const uint at = c_base + row * p.ldc + col;
-        float value = p.alpha * acc[i][j];
-        if (p.beta != 0.0) {
-          value = fma(p.beta, c[at], value);
-        }
-        c[at] = value;
+      Store(c_base, row0 + i, col0 + j, acc[i][j]);
+    }
+  }
+}
+
+// Path 0: op(A) at row 4g + i (i < 4) of the block and k0 + kk (kk < 8),
+// broadcast from the lane that read it into av (= av[g]).
+#define A_AT(av, i, kk) \
+  (kTransposeA != 0 ? subgroupBroadcast(av[i], kk) : subgroupBroadcast(av[(kk) & 3], (i) + 4 * ((kk) >> 2)))
+// Rows 4g .. 4g + 3 of the block at k0 + kk, for quads g < kQuads (the
+// modulo keeps indices in range when a quad is folded away).
+#define FMA_Q(g, kk)                                                                                \
+  if (kQuads > g) {                                                                                 \
+    acc[(4 * g + 0) % kRows] = fma(vec4(A_AT(av[g % kQuads], 0, kk)), bv[kk], acc[(4 * g + 0) % kRows]); \
+    acc[(4 * g + 1) % kRows] = fma(vec4(A_AT(av[g % kQuads], 1, kk)), bv[kk], acc[(4 * g + 1) % kRows]); \
+    acc[(4 * g + 2) % kRows] = fma(vec4(A_AT(av[g % kQuads], 2, kk)), bv[kk], acc[(4 * g + 2) % kRows]); \
+    acc[(4 * g + 3) % kRows] = fma(vec4(A_AT(av[g % kQuads], 3, kk)), bv[kk], acc[(4 * g + 3) % kRows]); \
+  }
+#define FMA_K(kk) LOAD_B(kk) FMA_Q(0, kk) FMA_Q(1, kk) FMA_Q(2, kk) FMA_Q(3, kk)
+
+const uint kQuads = kRows >= 4 ? kRows / 4 : 1;
+
+// Not transposed, B's row k0 + kk is read just before its use, so that
+// fewer values are live at once.
+#define LOAD_B(kk)                                                                   \
+  if (kTransposeB == 0) {                                                            \
+    const uint at = b_base + (k0 + kk) * p.ldb;                                      \
+    bv[kk] = LoadB4((kVec4 & kVec4B) != 0, at + b_col4, uvec4(at) + b_cols);         \
+  }
+
+void SubgroupLanes() {
+  const uint l = gl_SubgroupInvocationID;
+  const uint batch = gl_WorkGroupID.z;
+  const uint row0 = gl_WorkGroupID.y * kRows;
+  // This lane's four columns of C.
+  const uint col = gl_WorkGroupID.x * 32 + 4 * l;
+  const uint a_base = p.a_offset + batch * p.stride_a;
+  const uint b_base = p.b_offset + batch * p.stride_b;
+  const uvec4 q = uvec4(0, 1, 2, 3);
+  // The rows of A this lane reads (clamped), and its columns of B.
+  uint a_row[kQuads];
+  uvec4 a_rows[kQuads];
+  for (uint g = 0; g < kQuads; ++g) {
+    a_row[g] = min(row0 + 4 * g + (l & 3), p.M - 1);
+    a_rows[g] = min(uvec4(row0 + 4 * g) + q, uvec4(p.M - 1));
+  }
+  const uvec4 b_cols = min(uvec4(col) + q, uvec4(p.N - 1));
+  // With vec4 B (not transposed) N % 4 == 0: a block of four columns is in
+  // range or wholly out, and an out one reads the last block instead.
+  const uint b_col4 = min(col, p.N - 4);
+
+  vec4 acc[kRows];
+  for (uint i = 0; i < kRows; ++i) {
+    acc[i] = vec4(0.0);
+  }
+  uint k0 = 0;
+  for (; k0 + 8 <= p.K; k0 += 8) {
+    // Lane l reads four A values: not transposed, row l % 4 at
+    // k0 + 4 * (l / 4) .. + 3; transposed, rows row0 .. row0 + 3 at k0 + l.
+    vec4 av[kQuads];
+    for (uint g = 0; g < kQuads; ++g) {
+      if (kTransposeA != 0) {
+        const uint at = a_base + (k0 + l) * p.lda;
+        // With vec4 A M % 4 == 0: a quad past M reads the last one instead.
+        av[g] = LoadA4((kVec4 & kVec4A) != 0, at + min(row0 + 4 * g, p.M - 4), uvec4(at) + a_rows[g]);
+      } else {
+        const uint at = a_base + a_row[g] * p.lda + k0 + 4 * (l >> 2);
+        av[g] = LoadA4((kVec4 & kVec4A) != 0, at, uvec4(at) + q);
       }
     }
+    // B at k0 + kk for this lane's four columns.
+    vec4 bv[8];
+    if (kTransposeB != 0) {
+      vec4 t[8];
+      for (uint j = 0; j < 4; ++j) {
+        const uint at = b_base + b_cols[j] * p.ldb + k0;
+        t[j] = LoadB4((kVec4 & kVec4B) != 0, at, uvec4(at) + q);
+        t[j + 4] = LoadB4((kVec4 & kVec4B) != 0, at + 4, uvec4(at + 4) + q);
+      }
+      for (uint kk = 0; kk < 8; ++kk) {
+        bv[kk] = vec4(t[kk & 4][kk & 3], t[(kk & 4) + 1][kk & 3], t[(kk & 4) + 2][kk & 3], t[(kk & 4) + 3][kk & 3]);
+      }
+    }
+    FMA_K(0) FMA_K(1) FMA_K(2) FMA_K(3) FMA_K(4) FMA_K(5) FMA_K(6) FMA_K(7)
+  }
+  // The last K % 8: lane l reads row l % 4's value at k, a scalar.
+  for (uint k = k0; k < p.K; ++k) {
+    vec4 bk;
+    for (uint j = 0; j < 4; ++j) {
+      bk[j] = b[b_base + (kTransposeB != 0 ? b_cols[j] * p.ldb + k : k * p.ldb + b_cols[j])];
+    }
+    for (uint g = 0; g < kQuads; ++g) {
+      const float ak = a[a_base + (kTransposeA != 0 ? k * p.lda + a_row[g] : a_row[g] * p.lda + k)];
+      acc[4 * g] = fma(vec4(subgroupBroadcast(ak, 0)), bk, acc[4 * g]);
+      acc[4 * g + 1] = fma(vec4(subgroupBroadcast(ak, 1)), bk, acc[4 * g + 1]);
+      acc[4 * g + 2] = fma(vec4(subgroupBroadcast(ak, 2)), bk, acc[4 * g + 2]);
+      acc[4 * g + 3] = fma(vec4(subgroupBroadcast(ak, 3)), bk, acc[4 * g + 3]);
+    }
+  }
+
+  const uint c_base = p.c_offset + batch * p.stride_c;
+  for (uint i = 0; i < kRows; ++i) {
+    for (uint j = 0; j < 4; ++j) {
+      Store(c_base, row0 + i, col + j, acc[i][j]);
+    }
+  }
+}
+
+// Path 1's tiles: 16 k by 64 rows of op(A), 16 k by 64 columns of op(B).
+const uint kTile = 64;
+const uint kTileK = 16;
+shared float a_tile[kTileK][kTile];
+shared float b_tile[kTileK][kTile];
+
+// Four consecutive floats of a stored matrix from (row, col) on, zero where
+// past its rows x cols; one vec4 read when `vec4_ok` and all four are in.
+vec4 RunA(bool vec4_ok, uint base, uint row, uint col, uint rows, uint cols) {
+  vec4 v = vec4(0.0);
+  if (row < rows) {
+    const uint at = base + row * p.lda + col;
+    if (vec4_ok && col + 4 <= cols) return a4[at / 4];
+    for (uint q = 0; q < 4; ++q) {
+      if (col + q < cols) v[q] = a[at + q];
+    }
+  }
+  return v;
+}
+vec4 RunB(bool vec4_ok, uint base, uint row, uint col, uint rows, uint cols) {
+  vec4 v = vec4(0.0);
+  if (row < rows) {
+    const uint at = base + row * p.ldb + col;
+    if (vec4_ok && col + 4 <= cols) return b4[at / 4];
+    for (uint q = 0; q < 4; ++q) {
+      if (col + q < cols) v[q] = b[at + q];
+    }
+  }
+  return v;
+}
+
+void SharedTiles() {
+  const uint t = gl_LocalInvocationID.x;
+  const uint tx = t % 16;
+  const uint ty = t / 16;
+  const uint batch = gl_WorkGroupID.z;
+  const uint row0 = gl_WorkGroupID.y * kTile;
+  const uint col0 = gl_WorkGroupID.x * kTile;
+  const uint a_base = p.a_offset + batch * p.stride_a;
+  const uint b_base = p.b_offset + batch * p.stride_b;
+  const bool vec4_a = (kVec4 & kVec4A) != 0;
+  const bool vec4_b = (kVec4 & kVec4B) != 0;
+
+  float acc[4][4];
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 4; ++j) {
+      acc[i][j] = 0.0;
+    }
+  }
+  for (uint k0 = 0; k0 < p.K; k0 += kTileK) {
+    // Each invocation reads one run of four along the stored rows.
+    if (kTransposeA != 0) {
+      const uint kk = t / 16, r = (t % 16) * 4;
+      const vec4 v = RunA(vec4_a, a_base, k0 + kk, row0 + r, p.K, p.M);
+      for (uint q = 0; q < 4; ++q) a_tile[kk][r + q] = v[q];
+    } else {
+      const uint r = t / 4, kk = (t % 4) * 4;
+      const vec4 v = RunA(vec4_a, a_base, row0 + r, k0 + kk, p.M, p.K);
+      for (uint q = 0; q < 4; ++q) a_tile[kk + q][r] = v[q];
+    }
+    if (kTransposeB != 0) {
+      const uint n = t / 4, kk = (t % 4) * 4;
+      const vec4 v = RunB(vec4_b, b_base, col0 + n, k0 + kk, p.N, p.K);
+      for (uint q = 0; q < 4; ++q) b_tile[kk + q][n] = v[q];
+    } else {
+      const uint kk = t / 16, n = (t % 16) * 4;
+      const vec4 v = RunB(vec4_b, b_base, k0 + kk, col0 + n, p.K, p.N);
+      for (uint q = 0; q < 4; ++q) b_tile[kk][n + q] = v[q];
+    }
+    barrier();
+    for (uint kk = 0; kk < kTileK; ++kk) {
+      float av[4], bv[4];
+      for (uint i = 0; i < 4; ++i) av[i] = a_tile[kk][ty + 16 * i];
+      for (uint j = 0; j < 4; ++j) bv[j] = b_tile[kk][tx + 16 * j];
+      for (uint i = 0; i < 4; ++i) {
+        for (uint j = 0; j < 4; ++j) {
+          acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+        }
+      }
+    }
+    barrier();
+  }
+
+  const uint c_base = p.c_offset + batch * p.stride_c;
+  for (uint i = 0; i < 4; ++i) {
+    for (uint j = 0; j < 4; ++j) {
+      Store(c_base, row0 + ty + 16 * i, col0 + tx + 16 * j, acc[i][j]);
+    }
+  }
+}
+
+void main() {
+  if (kPath == kSubgroupLanes) {
+    SubgroupLanes();
+  } else if (kPath == kSharedTiles) {
+    SharedTiles();
+  } else {
+    InvocationBlocks();
   }
 }

@@ -19,12 +19,14 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "runtime/glsl_compiler.h"
+#include "runtime/reference.h"
 #include "runtime/status.h"
 #include "scheduler/program_def.h"
 
 namespace causeway::cli {
 namespace {
 
+using ::causeway::reference::SplitMix64;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::Message;
 using ::google::protobuf::TextFormat;
@@ -101,14 +103,6 @@ absl::Status AppendElement(double v, DType dtype, std::string& out) {
   }
   out.append(reinterpret_cast<const char*>(bytes), size);
   return absl::OkStatus();
-}
-
-// SplitMix64 (Steele, Lea, Flood 2014): the (i+1)-th output from `seed`.
-uint64_t SplitMix64(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // What InputDef and ExpectDef have in common: where an array's elements

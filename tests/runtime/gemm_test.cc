@@ -1,4 +1,5 @@
-// The gemm kernel (ops::Gemm) on lavapipe against reference::Gemm: the four
+// The gemm kernel (ops::Gemm) on lavapipe against reference::Gemm, on each of
+// its paths (subgroup lanes, shared tiles, invocation blocks): the four
 // transpose combinations, sizes that are multiples of nothing, batches with
 // and without a broadcast operand, alpha and beta (beta = 0 never reads C),
 // leading dimensions and offsets, and argument errors.
@@ -41,14 +42,29 @@ struct Shape {
   uint32_t m, n, k;
 };
 // Sizes that are multiples of nothing, a tile exactly, and larger than one.
-constexpr Shape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {17, 65, 33}, {130, 1, 129}, {64, 64, 64}, {256, 128, 200}};
+// {12, 20, 24}: M and N multiples of 4 but not of the lanes path's 8 x 32.
+constexpr Shape kShapes[] = {{1, 1, 1},    {3, 5, 7},    {17, 65, 33},   {130, 1, 129},
+                             {12, 20, 24}, {64, 64, 64}, {256, 128, 200}};
 
 std::string Name(const Shape& s) { return absl::StrCat(s.m, "x", s.n, "x", s.k); }
 
 // What C starts as.
 enum class CInit { kRandom, kNaN };
 
-class GemmTest : public ::testing::Test {
+std::string PathName(ops::GemmPath path) {
+  switch (path) {
+    case ops::GemmPath::kSubgroupLanes:
+      return "SubgroupLanes";
+    case ops::GemmPath::kSharedTiles:
+      return "SharedTiles";
+    case ops::GemmPath::kInvocationBlocks:
+      return "InvocationBlocks";
+  }
+  return "Unknown";
+}
+
+// Each test runs on one path, forced through GemmOptions::path.
+class GemmTest : public ::testing::TestWithParam<ops::GemmPath> {
  protected:
   void SetUp() override {
     rt_ = MakeRuntime(1);
@@ -74,7 +90,8 @@ class GemmTest : public ::testing::Test {
   // may carry the rounding error of a float sum of k products plus the beta
   // term, bounded by 4 (k + 2) eps (|alpha| sum_p |a b| + |beta c|); a
   // missing or doubled term is far larger.
-  void Check(const Shape& s, const ops::GemmOptions& o, CInit init = CInit::kRandom) {
+  void Check(const Shape& s, ops::GemmOptions o, CInit init = CInit::kRandom) {
+    o.path = GetParam();
     reference::GemmLayout l;
     l.transpose_a = o.transpose_a;
     l.transpose_b = o.transpose_b;
@@ -145,7 +162,7 @@ class GemmTest : public ::testing::Test {
 };
 
 // Tests every transpose combination on every shape, packed, beta = 0.
-TEST_F(GemmTest, AllTransposesMatchReference) {
+TEST_P(GemmTest, AllTransposesMatchReference) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (const Shape& s : kShapes) {
@@ -161,7 +178,7 @@ TEST_F(GemmTest, AllTransposesMatchReference) {
 
 // Tests batches: packed, with B broadcast (one weight for all), with A
 // broadcast, and transposed with a broadcast operand.
-TEST_F(GemmTest, BatchedWithAndWithoutBroadcast) {
+TEST_P(GemmTest, BatchedWithAndWithoutBroadcast) {
   for (const Shape& s : {Shape{17, 65, 33}, Shape{64, 64, 64}, Shape{3, 5, 7}}) {
     SCOPED_TRACE(Name(s));
     ops::GemmOptions o;
@@ -182,7 +199,7 @@ TEST_F(GemmTest, BatchedWithAndWithoutBroadcast) {
 
 // Tests that beta = 0 writes alpha * AB without reading C (NaN there must
 // not leak into the result), that beta = 1 accumulates, and other scalars.
-TEST_F(GemmTest, AlphaAndBeta) {
+TEST_P(GemmTest, AlphaAndBeta) {
   for (const Shape& s : {Shape{17, 65, 33}, Shape{130, 1, 129}, Shape{64, 64, 64}}) {
     SCOPED_TRACE(Name(s));
     ops::GemmOptions o;
@@ -201,7 +218,7 @@ TEST_F(GemmTest, AlphaAndBeta) {
 }
 
 // Tests that K = 0 gives beta * C (and, with beta = 0, zeros over NaN).
-TEST_F(GemmTest, EmptyKScalesC) {
+TEST_P(GemmTest, EmptyKScalesC) {
   ops::GemmOptions o;
   o.beta = 3.0f;
   Check({5, 9, 0}, o);
@@ -212,7 +229,7 @@ TEST_F(GemmTest, EmptyKScalesC) {
 // Tests leading dimensions larger than the matrices and element offsets:
 // sub-matrices of larger ones, with the vec4 path of A on (lda % 4 == 0) and
 // off (lda, offset odd).
-TEST_F(GemmTest, LeadingDimensionsAndOffsets) {
+TEST_P(GemmTest, LeadingDimensionsAndOffsets) {
   for (const Shape& s : {Shape{17, 65, 33}, Shape{64, 64, 64}}) {
     SCOPED_TRACE(Name(s));
     ops::GemmOptions o;
@@ -237,7 +254,7 @@ TEST_F(GemmTest, LeadingDimensionsAndOffsets) {
 }
 
 // Tests the argument checks: each names the operand and the sizes.
-TEST_F(GemmTest, RejectsBadArguments) {
+TEST_P(GemmTest, RejectsBadArguments) {
   const uint32_t m = 4, n = 6, k = 5;
   ASSERT_OK_AND_ASSIGN(auto a, NewBuffer(std::vector<float>(m * k)));
   ASSERT_OK_AND_ASSIGN(auto b, NewBuffer(std::vector<float>(k * n)));
@@ -275,6 +292,25 @@ TEST_F(GemmTest, RejectsBadArguments) {
   EXPECT_ERROR(ops::Gemm(*list, a, b, c, m, n, k, o), absl::StatusCode::kInvalidArgument, "B needs 124 bytes");
   EXPECT_ERROR(ops::Gemm(*list, a, b, c, 0, n, k), absl::StatusCode::kInvalidArgument, "M, N and batch must be > 0");
 }
+
+// Tests that lavapipe (a CPU device with subgroups of 8) can run every path,
+// so the tests above cover them all.
+TEST_P(GemmTest, PathRunsOnLavapipe) {
+  const PhysicalDeviceInfo& info = acc_->info();
+  EXPECT_EQ(info.type, VK_PHYSICAL_DEVICE_TYPE_CPU);
+  EXPECT_EQ(info.subgroup_size, 8u);
+  EXPECT_GE(info.limits.maxComputeWorkGroupInvocations, 256u);
+  ASSERT_OK_AND_ASSIGN(auto a, NewBuffer(std::vector<float>(4, 1.0f)));
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList("gemm_test"));
+  ops::GemmOptions o;
+  o.path = GetParam();
+  EXPECT_OK(ops::Gemm(*list, a, a, a, 1, 1, 1, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, GemmTest,
+                         ::testing::Values(ops::GemmPath::kSubgroupLanes, ops::GemmPath::kSharedTiles,
+                                           ops::GemmPath::kInvocationBlocks),
+                         [](const ::testing::TestParamInfo<ops::GemmPath>& info) { return PathName(info.param); });
 
 }  // namespace
 }  // namespace causeway

@@ -20,6 +20,7 @@
 //    <= 1e-4 for these smooth functions on inputs of order 1. Observed: below
 //    1e-4; a wrong term in a gradient formula is off by more than 1e-2.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -625,6 +626,88 @@ TEST_F(NnKernelsTest, AdamMatchesReferenceForThreeSteps) {
   }
 }
 
+// Tests adam_update (the step read from a buffer, new values to outputs)
+// against the reference for steps 1, 2 and 10, with and without weight
+// decay: out of place (the inputs unchanged, bit for bit) and in place.
+TEST_F(NnKernelsTest, AdamUpdateMatchesReference) {
+  for (float weight_decay : {0.0f, 0.1f}) {
+    for (uint32_t n : {1u, 257u, 1000u}) {
+      SCOPED_TRACE(absl::StrCat("count ", n, " weight_decay ", weight_decay));
+      const ops::AdamConfig config{
+          .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = weight_decay};
+      const reference::AdamOptions options{config.lr, config.beta1, config.beta2, config.eps,
+                                           config.weight_decay};
+      for (uint32_t step : {1u, 2u, 10u}) {
+        SCOPED_TRACE(absl::StrCat("step ", step));
+        const std::vector<float> p0 = RandomFloats(n, n), g = RandomFloats(n, n + 1, -2.0f, 2.0f);
+        const std::vector<float> m0 = RandomFloats(n, n + 2, -0.5f, 0.5f), v0 = RandomFloats(n, n + 3, 0.0f, 1.0f);
+        std::vector<float> p = p0, m = m0, v = v0;
+        reference::AdamStep(p, g, m, v, step, options);
+        ASSERT_OK_AND_ASSIGN(auto pb, NewBuffer(acc_, p0));
+        ASSERT_OK_AND_ASSIGN(auto gb, NewBuffer(acc_, g));
+        ASSERT_OK_AND_ASSIGN(auto mb, NewBuffer(acc_, m0));
+        ASSERT_OK_AND_ASSIGN(auto vb, NewBuffer(acc_, v0));
+        ASSERT_OK_AND_ASSIGN(auto sb, NewBuffer(acc_, std::vector<float>{static_cast<float>(step)}));
+        ASSERT_OK_AND_ASSIGN(auto po, OutputBuffer(acc_, n));
+        ASSERT_OK_AND_ASSIGN(auto mo, OutputBuffer(acc_, n));
+        ASSERT_OK_AND_ASSIGN(auto vo, OutputBuffer(acc_, n));
+        ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+          return ops::AdamUpdate(list, pb, gb, mb, vb, sb, po, mo, vo, n, config);
+        }));
+        ASSERT_OK_AND_ASSIGN(auto got_p, Read<float>(acc_, po));
+        ASSERT_OK_AND_ASSIGN(auto got_m, Read<float>(acc_, mo));
+        ASSERT_OK_AND_ASSIGN(auto got_v, Read<float>(acc_, vo));
+        EXPECT_TRUE(Near(got_p, p, kKernelTol));
+        EXPECT_TRUE(Near(got_m, m, kKernelTol));
+        EXPECT_TRUE(Near(got_v, v, kKernelTol));
+        ASSERT_OK_AND_ASSIGN(auto kept_p, Read<float>(acc_, pb));
+        ASSERT_OK_AND_ASSIGN(auto kept_m, Read<float>(acc_, mb));
+        EXPECT_EQ(kept_p, p0);
+        EXPECT_EQ(kept_m, m0);
+        // In place: the outputs bound to the inputs' buffers.
+        ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+          return ops::AdamUpdate(list, pb, gb, mb, vb, sb, pb, mb, vb, n, config);
+        }));
+        ASSERT_OK_AND_ASSIGN(auto in_place, Read<float>(acc_, pb));
+        EXPECT_EQ(in_place, std::vector<float>(got_p.begin(), got_p.begin() + n));
+      }
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto small, acc_->CreateBuffer(64));
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
+  EXPECT_ERROR(ops::AdamUpdate(*list, small, small, small, small, small, small, small, small, 64, {}),
+               absl::StatusCode::kInvalidArgument, "adam_update 64: p needs 256 bytes");
+}
+
+// Tests permute_0213 exactly against the reference on shapes with sizes of
+// 1 and odd sizes, nothing written past the output, and that swapping the
+// middle axes twice gives the input back.
+TEST_F(NnKernelsTest, Permute0213MatchesReferenceAndInverts) {
+  const std::array<uint32_t, 4> shapes[] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 64, 4, 16}, {3, 1, 9, 2}, {2, 33, 3, 1}};
+  for (const auto& [a, b, c, d] : shapes) {
+    SCOPED_TRACE(absl::StrCat(a, "x", b, "x", c, "x", d));
+    const uint32_t n = a * b * c * d;
+    const std::vector<float> x = RandomFloats(n, n);
+    ASSERT_OK_AND_ASSIGN(auto xb, NewBuffer(acc_, x));
+    ASSERT_OK_AND_ASSIGN(auto yb, OutputBuffer(acc_, n));
+    ASSERT_OK_AND_ASSIGN(auto zb, OutputBuffer(acc_, n));
+    ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+      RETURN_IF_ERROR(ops::Permute0213(list, xb, yb, a, b, c, d));
+      return ops::Permute0213(list, yb, zb, a, c, b, d);
+    }));
+    ASSERT_OK_AND_ASSIGN(auto y, Read<float>(acc_, yb));
+    ASSERT_OK_AND_ASSIGN(auto z, Read<float>(acc_, zb));
+    EXPECT_TRUE(Near(y, reference::Permute0213(x, a, b, c, d), 0.0));
+    EXPECT_TRUE(Near(z, x, 0.0));
+  }
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
+  ASSERT_OK_AND_ASSIGN(auto small, OutputBuffer(acc_, 4));
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 0, 3, 4), absl::StatusCode::kInvalidArgument,
+               "every size must be > 0");
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 3, 4, 5), absl::StatusCode::kInvalidArgument,
+               "permute_0213 [2, 3, 4, 5]: in needs 480 bytes");
+}
+
 // Tests three SGD steps, with and without momentum, against the reference.
 TEST_F(NnKernelsTest, SgdMatchesReferenceForThreeSteps) {
   for (float momentum : {0.0f, 0.9f}) {
@@ -663,19 +746,19 @@ TEST_F(NnKernelsTest, OpsRefuseBadArguments) {
   using absl::StatusCode::kInvalidArgument;
   EXPECT_ERROR(ops::BiasGelu(*list, big, big, big, 0, 5), kInvalidArgument, "bias_gelu", "rows 0");
   EXPECT_ERROR(ops::BiasGelu(*list, big, small, big, 2, 100), kInvalidArgument,
-               "bias_gelu: bias needs 400 bytes", absl::StrCat("got ", small->size()));
+               "bias_gelu 2x100: bias needs 400 bytes", absl::StrCat("got ", small->size()));
   EXPECT_ERROR(ops::BiasGeluBackward(*list, big, big, big, big, small, 1, 100), kInvalidArgument, "dbias");
   EXPECT_ERROR(ops::LayerNorm(*list, big, big, big, big, big, big, 4, 4, 0.0f), kInvalidArgument, "eps");
   EXPECT_ERROR(ops::LayerNormBackward(*list, big, small, big, big, big, big, big, big, 10, 10),
-               kInvalidArgument, "layer_norm_backward: x needs 400 bytes");
+               kInvalidArgument, "layer_norm_backward 10x10: x needs 400 bytes");
   EXPECT_ERROR(ops::SoftmaxCausal(*list, big, small, 2, 10, 1.0f), kInvalidArgument,
-               "softmax_causal: y needs 800 bytes");
+               "softmax_causal 2x10: y needs 800 bytes");
   EXPECT_ERROR(ops::SoftmaxCausal(*list, big, big, 65536, 65536, 1.0f), kInvalidArgument, "exceeds");
   EXPECT_ERROR(ops::CrossEntropy(*list, big, big, big, 3, 0), kInvalidArgument, "vocab 0");
   EXPECT_ERROR(ops::CrossEntropyBackward(*list, big, small, big, 100, 5), kInvalidArgument,
                "targets needs 400 bytes");
   EXPECT_ERROR(ops::Embedding(*list, big, small, std::nullopt, big, 4, 8, 65, 4), kInvalidArgument,
-               "embedding: table needs 2080 bytes");
+               "embedding 4x8: table needs 2080 bytes");
   EXPECT_ERROR(ops::PositionEmbeddingBackward(*list, big, big, 7, 2, 3), kInvalidArgument,
                "multiple of seq_len");
   EXPECT_ERROR(ops::Adam(*list, big, big, big, big, 16, 0, {}), kInvalidArgument, "step counts from 1");

@@ -91,11 +91,11 @@ std::vector<std::string> Names(absl::Span<const BuiltinShader> shaders) {
 // Tests that every kernel is listed exactly once, sorted by name.
 TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
   EXPECT_THAT(Names(BuiltinShaders()),
-              ElementsAre("adam", "add", "attention", "attention_backward", "attention_backward_dot", "bias_gelu",
-                          "bias_gelu_backward", "combine", "combine4", "copy", "cross_entropy",
+              ElementsAre("adam", "adam_update", "add", "attention", "attention_backward", "attention_backward_dot",
+                          "bias_gelu", "bias_gelu_backward", "combine", "combine4", "copy", "cross_entropy",
                           "cross_entropy_backward", "embedding", "embedding_backward", "fill", "gemm", "layer_norm",
-                          "layer_norm_backward", "matmul", "mul", "reduce_sum", "scale", "sgd", "softmax_causal",
-                          "softmax_causal_backward"));
+                          "layer_norm_backward", "matmul", "mul", "permute_0213", "reduce_sum", "scale", "sgd",
+                          "softmax_causal", "softmax_causal_backward"));
 }
 
 // Tests that each module has a SPIR-V 1.5 header with a plausible id bound.
@@ -142,6 +142,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       {"scale", {2, 1, 1, {0}}},
       // The model kernels (read-write bindings count as neither).
       {"adam", {4, 1, 0, {0}}},
+      {"adam_update", {8, 5, 3, {0}}},
+      {"permute_0213", {2, 1, 1, {0}}},
       {"attention", {5, 3, 2, {0}}},
       {"attention_backward", {9, 6, 3, {0, 1}}},
       {"attention_backward_dot", {3, 2, 1, {0}}},
@@ -150,8 +152,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       {"cross_entropy", {3, 2, 1, {0}}},
       {"cross_entropy_backward", {3, 2, 1, {0}}},
       {"embedding", {4, 3, 1, {0}}},
-      // A is declared twice at binding 0 (as floats and as vec4s).
-      {"gemm", {3, 3, 0, {0, 1, 2, 3, 4}}},
+      // A and B are declared twice, at bindings 0 and 1 (as floats and as vec4s).
+      {"gemm", {3, 4, 0, {0, 1, 2, 3, 4, 5, 6}}},
       {"embedding_backward", {3, 2, 0, {0}}},
       {"layer_norm", {6, 3, 3, {0}}},
       {"layer_norm_backward", {8, 5, 3, {0, 1}}},

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -54,11 +56,20 @@ void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration l
   ASSERT_TRUE(var.ok()) << var.status();              \
   lhs = std::move(var).value()
 
-// Expects `status` to have `code` and a message containing every one of the
-// strings that follow.
+namespace causeway::testing {
+// The status of a Status or a StatusOr, for EXPECT_ERROR.
+inline const ::absl::Status& StatusOf(const ::absl::Status& status) { return status; }
+template <typename T>
+const ::absl::Status& StatusOf(const ::absl::StatusOr<T>& status_or) {
+  return status_or.status();
+}
+}  // namespace causeway::testing
+
+// Expects `status` (a Status or a StatusOr) to have `code` and a message
+// containing every one of the strings that follow.
 #define EXPECT_ERROR(status, want_code, ...)                                                  \
   do {                                                                                        \
-    const ::absl::Status expect_error_status_ = (status);                                     \
+    const ::absl::Status expect_error_status_ = ::causeway::testing::StatusOf(status);       \
     EXPECT_EQ(expect_error_status_.code(), (want_code)) << expect_error_status_;              \
     for (const std::string& part : std::vector<std::string>{__VA_ARGS__}) {                   \
       EXPECT_THAT(std::string(expect_error_status_.message()), ::testing::HasSubstr(part));   \
