@@ -1,0 +1,392 @@
+// The Transformer LM as Causeway programs on lavapipe: its gradient against
+// finite differences of its loss at a tiny size, data-parallel and pipeline
+// layouts against one accelerator step by step, the loss falling on the
+// shipped corpus, and bad configurations refused.
+#include "models/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "models/text_data.h"
+#include "models/trainer.h"
+#include "runtime/reference.h"
+#include "scheduler/island.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway::models {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+
+const std::string kCorpus = std::string(CAUSEWAY_DATA_DIR) + "/kjv-genesis-exodus.txt";
+
+TransformerConfig Tiny(uint32_t vocab) {
+  TransformerConfig c;
+  c.vocab = vocab;
+  c.d_model = 16;
+  c.heads = 2;
+  c.d_ff = 32;
+  c.layers = 2;
+  c.seq_len = 8;
+  return c;
+}
+
+class TransformerTest : public ::testing::Test {
+ protected:
+  void Start(int accelerators) {
+    rt_ = MakeRuntime(accelerators);
+    ASSERT_NE(rt_, nullptr);
+    ASSERT_OK_AND_ASSIGN(island_, Island::Create(rt_.get()));
+    ASSERT_OK_AND_ASSIGN(client_, island_->Connect("transformer_test"));
+  }
+
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<Island> island_;
+  std::shared_ptr<Client> client_;
+};
+
+// Runs the gradient program once on `weights` and returns the mean loss and
+// (if `grads` is given) the gradients.
+class GradientProgram {
+ public:
+  GradientProgram(Client* client, TransformerConfig config, uint32_t batch, std::vector<int32_t> ids,
+                  std::vector<int32_t> targets)
+      : client_(client), config_(config), batch_(batch), ids_(std::move(ids)), targets_(std::move(targets)) {}
+
+  absl::Status Load() {
+    ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({1}));
+    AdamSettings settings;
+    settings.update = false;
+    ASSIGN_OR_RETURN(step_, BuildTrainStep(config_, TrainLayout{batch_, 1}, {mesh_}, settings));
+    ASSIGN_OR_RETURN(executable_, client_->Load(step_.program));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> Run(const std::vector<std::vector<float>>& weights,
+                             std::vector<std::vector<float>>* grads = nullptr, std::vector<float>* per_token = nullptr) {
+    std::vector<ArrayRef> inputs;
+    for (const std::vector<int32_t>* tokens : {&ids_, &targets_}) {
+      ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, {batch_, config_.seq_len}, DType::kI32,
+                                                        Sharding::Split(0)));
+      RETURN_IF_ERROR(a->Upload(tokens->data(), tokens->size() * 4));
+      inputs.push_back(std::move(a));
+    }
+    const std::vector<ParameterInfo> params = Parameters(config_);
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, params[i].shape, DType::kF32));
+      RETURN_IF_ERROR(a->Upload(weights[i].data(), weights[i].size() * 4));
+      inputs.push_back(std::move(a));
+    }
+    ASSIGN_OR_RETURN(Execution run, client_->Execute(executable_, inputs));
+    std::vector<float> loss(uint64_t{batch_} * config_.seq_len);
+    RETURN_IF_ERROR(run.outputs[0]->Download(loss.data(), loss.size() * 4));
+    if (grads != nullptr) {
+      grads->clear();
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<float> g(NumElements(params[i].shape));
+        RETURN_IF_ERROR(run.outputs[1 + i]->Download(g.data(), g.size() * 4));
+        grads->push_back(std::move(g));
+      }
+    }
+    double sum = 0;
+    for (float l : loss) sum += l;
+    if (per_token != nullptr) *per_token = loss;
+    return sum / static_cast<double>(loss.size());
+  }
+
+ private:
+  Client* client_;
+  TransformerConfig config_;
+  uint32_t batch_;
+  std::vector<int32_t> ids_, targets_;
+  std::shared_ptr<Mesh> mesh_;
+  TrainStep step_;
+  std::shared_ptr<Executable> executable_;
+};
+
+// The model's per-token loss computed on the CPU in double, written out
+// from the architecture (not from the kernels' references).
+std::vector<double> ReferenceLoss(const TransformerConfig& c, const std::vector<std::vector<float>>& w,
+                                  const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
+                                  uint32_t batch) {
+  const size_t T = c.seq_len, d = c.d_model, H = c.heads, hd = c.head_dim(), ff = c.d_ff, V = c.vocab;
+  using Matrix = std::vector<std::vector<double>>;
+  auto layer_norm = [&](const Matrix& x, const std::vector<float>& g, const std::vector<float>& b) {
+    Matrix y = x;
+    for (auto& row : y) {
+      double mean = 0, var = 0;
+      for (double v : row) mean += v / d;
+      for (double v : row) var += (v - mean) * (v - mean) / d;
+      const double rstd = 1.0 / std::sqrt(var + c.ln_eps);
+      for (size_t j = 0; j < d; ++j) row[j] = (row[j] - mean) * rstd * g[j] + b[j];
+    }
+    return y;
+  };
+  auto matmul = [](const Matrix& x, const std::vector<float>& m, size_t k, size_t n) {
+    Matrix y(x.size(), std::vector<double>(n, 0.0));
+    for (size_t r = 0; r < x.size(); ++r) {
+      for (size_t i = 0; i < k; ++i) {
+        for (size_t j = 0; j < n; ++j) y[r][j] += x[r][i] * m[i * n + j];
+      }
+    }
+    return y;
+  };
+  std::vector<double> losses;
+  for (uint32_t s = 0; s < batch; ++s) {
+    Matrix x(T, std::vector<double>(d));
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t j = 0; j < d; ++j) x[t][j] = double{w[0][ids[s * T + t] * d + j]} + w[1][t * d + j];
+    }
+    for (uint32_t l = 0; l < c.layers; ++l) {
+      const auto* p = &w[2 + 11 * l];  // ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2
+      const Matrix h = layer_norm(x, p[0], p[1]);
+      const Matrix q = matmul(h, p[2], d, d), k = matmul(h, p[3], d, d), v = matmul(h, p[4], d, d);
+      Matrix o(T, std::vector<double>(d, 0.0));
+      for (size_t head = 0; head < H; ++head) {
+        for (size_t i = 0; i < T; ++i) {
+          std::vector<double> score(i + 1);
+          double top = -1e300, total = 0;
+          for (size_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (size_t e = 0; e < hd; ++e) dot += q[i][head * hd + e] * k[j][head * hd + e];
+            score[j] = dot / std::sqrt(static_cast<double>(hd));
+            top = std::max(top, score[j]);
+          }
+          for (double& sc : score) total += sc = std::exp(sc - top);
+          for (size_t j = 0; j <= i; ++j) {
+            for (size_t e = 0; e < hd; ++e) o[i][head * hd + e] += score[j] / total * v[j][head * hd + e];
+          }
+        }
+      }
+      const Matrix a = matmul(o, p[5], d, d);
+      for (size_t t = 0; t < T; ++t) {
+        for (size_t j = 0; j < d; ++j) x[t][j] += a[t][j];
+      }
+      Matrix u = matmul(layer_norm(x, p[6], p[7]), p[8], d, ff);
+      for (auto& row : u) {
+        for (size_t j = 0; j < ff; ++j) {
+          const double z = row[j] + p[9][j];
+          row[j] = 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+        }
+      }
+      const Matrix m = matmul(u, p[10], ff, d);
+      for (size_t t = 0; t < T; ++t) {
+        for (size_t j = 0; j < d; ++j) x[t][j] += m[t][j];
+      }
+    }
+    const size_t last = w.size() - 3;
+    const Matrix logits = matmul(layer_norm(x, w[last], w[last + 1]), w[last + 2], d, V);
+    for (size_t t = 0; t < T; ++t) {
+      double top = -1e300, total = 0;
+      for (double z : logits[t]) top = std::max(top, z);
+      for (double z : logits[t]) total += std::exp(z - top);
+      losses.push_back(top + std::log(total) - logits[t][targets[s * T + t]]);
+    }
+  }
+  return losses;
+}
+
+// Random tokens and weights larger than the initialization's (so that every
+// path of the model matters).
+struct TinyProblem {
+  std::vector<int32_t> ids, targets;
+  std::vector<std::vector<float>> weights;
+};
+TinyProblem MakeTinyProblem(const TransformerConfig& config, uint32_t batch) {
+  TinyProblem p;
+  for (size_t i = 0; i < size_t{batch} * config.seq_len; ++i) {
+    p.ids.push_back(static_cast<int32_t>(reference::SplitMix64(3, i) % config.vocab));
+    p.targets.push_back(static_cast<int32_t>(reference::SplitMix64(4, i) % config.vocab));
+  }
+  p.weights = InitialParameters(config, 7);
+  const std::vector<ParameterInfo> params = Parameters(config);
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (size_t j = 0; j < p.weights[i].size(); ++j) {
+      const float noise = static_cast<float>(reference::SplitMix64(9 + i, j) >> 40) * 0x1p-24f - 0.5f;
+      p.weights[i][j] =
+          params[i].init == ParameterInfo::Init::kNormal ? p.weights[i][j] * 10.0f : p.weights[i][j] + 0.2f * noise;
+    }
+  }
+  return p;
+}
+
+// Tests the forward pass (embeddings, two blocks, output layer, loss) token
+// by token against the CPU.
+TEST_F(TransformerTest, ForwardMatchesCpuReference) {
+  Start(1);
+  const TransformerConfig config = Tiny(11);
+  const uint32_t batch = 3;
+  const TinyProblem p = MakeTinyProblem(config, batch);
+  GradientProgram program(client_.get(), config, batch, p.ids, p.targets);
+  ASSERT_OK(program.Load());
+  std::vector<float> got;
+  ASSERT_OK(program.Run(p.weights, nullptr, &got).status());
+  const std::vector<double> want = ReferenceLoss(config, p.weights, p.ids, p.targets, batch);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + want[i])) << "token " << i;
+}
+
+// Tests the whole model's gradient (every tensor: embeddings, each block's
+// norms, projections and MLP, the output layer) against central finite
+// differences of the program's own loss: for each tensor its three entries
+// of largest gradient and one more at random.
+TEST_F(TransformerTest, GradientMatchesFiniteDifferences) {
+  Start(1);
+  const TransformerConfig config = Tiny(11);
+  const uint32_t batch = 2;
+  TinyProblem p = MakeTinyProblem(config, batch);
+  GradientProgram program(client_.get(), config, batch, p.ids, p.targets);
+  ASSERT_OK(program.Load());
+  const std::vector<std::vector<float>>& weights = p.weights;
+  const std::vector<ParameterInfo> params = Parameters(config);
+  std::vector<std::vector<float>> grads;
+  ASSERT_OK_AND_ASSIGN(double loss, program.Run(weights, &grads));
+  EXPECT_GT(loss, 1.0);
+  int checked = 0;
+  double worst = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    SCOPED_TRACE(params[i].name);
+    std::vector<size_t> order(grads[i].size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + std::min<size_t>(3, order.size()), order.end(),
+                      [&](size_t a, size_t b) { return std::abs(grads[i][a]) > std::abs(grads[i][b]); });
+    order.resize(std::min<size_t>(3, order.size()));
+    order.push_back(reference::SplitMix64(11, i) % grads[i].size());
+    for (size_t j : order) {
+      const float h = 1e-2f;
+      std::vector<std::vector<float>> plus = weights, minus = weights;
+      plus[i][j] += h;
+      minus[i][j] -= h;
+      ASSERT_OK_AND_ASSIGN(double lp, program.Run(plus));
+      ASSERT_OK_AND_ASSIGN(double lm, program.Run(minus));
+      const double fd = (lp - lm) / (2.0 * h);
+      const double g = grads[i][j];
+      const double err = std::abs(fd - g) / std::max(1e-2, std::abs(g));
+      worst = std::max(worst, err);
+      EXPECT_NEAR(fd, g, 2e-3 + 3e-2 * std::abs(g)) << "entry " << j;
+      ++checked;
+    }
+  }
+  std::printf("gradient check: %d entries, worst error relative to max(|g|, 0.01) %.3g\n", checked, worst);
+  EXPECT_EQ(checked, 4 * static_cast<int>(params.size()));
+}
+
+// Trains `steps` steps of the tiny model in `stages` with the same seed and
+// global batch, returning the losses and the final weights.
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;
+};
+TrainRun TrainTiny(Client* client, const TextCorpus& corpus, std::vector<int> stages, uint32_t micro, int steps) {
+  TrainOptions options;
+  options.config = Tiny(0);
+  options.config.layers = 4;
+  options.layout = TrainLayout{8, micro};
+  options.stages = std::move(stages);
+  options.adam.lr = 3e-3f;
+  auto trainer = Trainer::Create(client, corpus, options);
+  EXPECT_OK(trainer.status());
+  if (!trainer.ok()) return {};
+  auto losses = (*trainer)->Train(steps);
+  EXPECT_OK(losses.status());
+  auto weights = (*trainer)->Weights();
+  EXPECT_OK(weights.status());
+  if (!losses.ok() || !weights.ok()) return {};
+  return {*losses, *weights};
+}
+
+void ExpectSameTrajectory(const TrainRun& want, const TrainRun& got) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-4 * std::abs(want.losses[i])) << "step " << i + 1;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    EXPECT_LT(reference::MaxRelativeError(got.weights[i], want.weights[i]), 1e-3) << "tensor " << i;
+  }
+}
+
+// Tests that data parallelism over 2 and 4 accelerators (gradients
+// all-reduced) follows one accelerator's losses and weights step by step.
+TEST_F(TransformerTest, DataParallelFollowsOneAccelerator) {
+  Start(4);
+  ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
+  ASSERT_EQ(one.losses.size(), 6u);
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2}, 1, 6));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {4}, 1, 6));
+}
+
+// Tests that pipelines of 2 and 4 stages with 2 and 4 micro-batches
+// (gradients accumulated over them) follow one accelerator.
+TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
+  Start(4);
+  ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
+  ASSERT_EQ(one.losses.size(), 6u);
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1}, 2, 6));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1, 1, 1}, 4, 6));
+  // Both at once: two stages of two accelerators.
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2, 2}, 2, 6));
+}
+
+// Tests that the loss falls clearly on the shipped corpus in a short run,
+// on training and held-out text.
+TEST_F(TransformerTest, LossFallsOnTheCorpus) {
+  Start(1);
+  ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
+  TrainOptions options;
+  options.config.d_model = 32;
+  options.config.heads = 2;
+  options.config.d_ff = 64;
+  options.config.layers = 2;
+  options.config.seq_len = 32;
+  options.layout.batch = 8;
+  options.adam.lr = 1e-2f;
+  options.eval_batches = 4;
+  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client_.get(), corpus, options));
+  ASSERT_OK_AND_ASSIGN(double before, trainer->Evaluate());
+  // A uniform guess over the vocabulary costs ln(vocab).
+  EXPECT_NEAR(before, std::log(static_cast<double>(corpus.vocab().size())), 0.1);
+  ASSERT_OK_AND_ASSIGN(std::vector<double> losses, trainer->Train(150));
+  ASSERT_OK_AND_ASSIGN(double after, trainer->Evaluate());
+  const double first = std::accumulate(losses.begin(), losses.begin() + 10, 0.0) / 10;
+  const double last = std::accumulate(losses.end() - 10, losses.end(), 0.0) / 10;
+  std::printf("loss: held-out %.3f -> %.3f, training (10-step means) %.3f -> %.3f\n", before, after, first, last);
+  EXPECT_LT(last, first - 1.0);
+  EXPECT_LT(after, before - 1.0);
+}
+
+TEST_F(TransformerTest, RefusesBadConfigurations) {
+  Start(2);
+  TransformerConfig c = Tiny(10);
+  c.heads = 3;
+  EXPECT_ERROR(c.Validate(), absl::StatusCode::kInvalidArgument, "heads (3) must divide d_model (16)");
+  c = Tiny(10);
+  c.layers = 0;
+  EXPECT_ERROR(c.Validate(), absl::StatusCode::kInvalidArgument, "layers must be > 0");
+  c = Tiny(10);
+  c.d_model = 1024;
+  c.heads = 4;
+  EXPECT_ERROR(c.Validate(), absl::StatusCode::kInvalidArgument, "head size d_model / heads = 256 exceeds 128");
+  ASSERT_OK_AND_ASSIGN(auto mesh, client_->AllocateMesh({2}));
+  EXPECT_ERROR(BuildTrainStep(Tiny(10), TrainLayout{3, 1}, {mesh}), absl::StatusCode::kInvalidArgument,
+               "batch 3 does not divide into 1 micro-batches over stage 0's 2 accelerators");
+  ASSERT_OK_AND_ASSIGN(auto a, client_->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto b, client_->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto d, client_->AllocateMesh({1}));
+  TransformerConfig two = Tiny(10);
+  EXPECT_ERROR(BuildTrainStep(two, TrainLayout{4, 1}, {a, b, d}), absl::StatusCode::kInvalidArgument,
+               "3 stages for 2 layers");
+}
+
+}  // namespace
+}  // namespace causeway::models
