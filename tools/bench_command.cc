@@ -89,6 +89,8 @@ const Suite kSuites[] = {
     {"island", "causeway_island_bench", "--samples",
      "island processes: transfers against plain TCP; a program over two islands against one"},
     {"matmul", "causeway_matmul_bench", "--runs", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
+    {"models", "causeway_models_bench", "--steps",
+     "the language model's training tokens/s: SPMD against GPipe pipelines (Pathways' Table 2)"},
 };
 
 // A plot of one group of a suite's results. Bars (x_param empty): one
@@ -131,6 +133,8 @@ const Plot kPlots[] = {
     {"island_program.svg", "A program over two islands against one island", "island", "program", "", "", 1,
      "", "", false, false, false},
     {"matmul.svg", "GEMM kernel against OpenBLAS sgemm (GFLOP/s)", "matmul", "gemm", "", "", 1, "", "", false,
+     false, false},
+    {"models.svg", "Language model training: tokens/s by layout", "models", "train", "", "", 1, "", "", false,
      false, false},
 };
 

@@ -22,6 +22,8 @@ struct Command {
 const Command kCommands[] = {
     {"devices", "list the physical devices and the accelerators that would be made", causeway::cli::DevicesCommand},
     {"demo", "run a chain of matmuls across accelerators, check it, time it", causeway::cli::DemoCommand},
+    {"train", "train the benchmark language model on a text corpus, with a summary and a trace",
+     causeway::cli::TrainCommand},
     {"island", "host one island behind a socket, for controllers and other islands", causeway::cli::IslandCommand},
     {"launch", "start N island processes on this machine, for development", causeway::cli::LaunchCommand},
     {"run", "run a program described in a program file", causeway::cli::RunCommand},

@@ -10,6 +10,7 @@ namespace causeway::cli {
 
 int DevicesCommand(const std::vector<std::string>& args);
 int DemoCommand(const std::vector<std::string>& args);
+int TrainCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
 int IslandCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);

@@ -294,7 +294,7 @@ TEST(BenchCommandTest, ListFindsEveryBinary) {
     suites.push_back(parts[0]);
     EXPECT_TRUE(fs::exists(parts[1])) << line;
   }
-  EXPECT_THAT(suites, ::testing::ElementsAre("dispatch", "scheduler", "ici", "dcn", "island", "matmul"));
+  EXPECT_THAT(suites, ::testing::ElementsAre("dispatch", "scheduler", "ici", "dcn", "island", "matmul", "models"));
 }
 
 // Tests every suite in quick mode: each binary's --json output (kept in
@@ -308,7 +308,7 @@ TEST(BenchCommandTest, QuickEverySuite) {
   ASSERT_EQ(r.code, 0) << r.err;
   json report = json::parse(ReadFile(out / "results.json"));
   size_t total = 0;
-  for (const std::string suite : {"dispatch", "scheduler", "ici", "dcn", "island", "matmul"}) {
+  for (const std::string suite : {"dispatch", "scheduler", "ici", "dcn", "island", "matmul", "models"}) {
     SCOPED_TRACE(suite);
     json results = json::parse(ReadFile(out / "raw" / absl::StrCat(suite, ".json")));
     ExpectResults(results, suite);
@@ -318,12 +318,12 @@ TEST(BenchCommandTest, QuickEverySuite) {
     EXPECT_THAT(text, Not(HasSubstr("\"suite\"")));
   }
   EXPECT_EQ(report["results"].size(), total);
-  ASSERT_EQ(report["suites"].size(), 6u);
+  ASSERT_EQ(report["suites"].size(), 7u);
   for (const json& s : report["suites"]) EXPECT_EQ(s["status"], "ok") << s.dump();
   if (HaveGnuplot()) {
     for (const char* plot :
          {"dispatch.svg", "scheduler_dispatch.svg", "pipeline.svg", "tenancy.svg", "ici_copy.svg",
-          "allreduce.svg", "dcn.svg", "island_transfer.svg", "island_program.svg", "matmul.svg"}) {
+          "allreduce.svg", "dcn.svg", "island_transfer.svg", "island_program.svg", "matmul.svg", "models.svg"}) {
       EXPECT_TRUE(fs::exists(out / plot)) << plot;
     }
   }

@@ -1,0 +1,228 @@
+// causeway train: trains the benchmark language model (models/) on the
+// shipped corpus, showing progress, then prints a summary and writes a trace
+// of the last steps.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "models/trainer.h"
+#include "runtime/runtime.h"
+#include "scheduler/island.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/trace_analysis.h"
+
+namespace causeway::cli {
+namespace {
+
+// The shipped corpus: beside the source tree this binary was built from, or
+// installed in <prefix>/share/causeway.
+std::string DefaultCorpus() {
+  for (const std::string& dir : {std::string(CAUSEWAY_SOURCE_DIR) + "/data", std::string(CAUSEWAY_DATA_DIR)}) {
+    const std::string path = dir + "/kjv-genesis-exodus.txt";
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "data/kjv-genesis-exodus.txt";
+}
+
+// "single", "dp", "pipeline": the stages of a layout on `accelerators`.
+absl::StatusOr<std::vector<int>> Stages(const std::string& layout, int accelerators, int stages) {
+  if (layout == "single") return std::vector<int>{1};
+  if (layout == "dp") return std::vector<int>{accelerators};
+  if (layout == "pipeline") {
+    if (stages < 1 || accelerators % stages != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--stages ", stages, " must divide the ", accelerators, " accelerators"));
+    }
+    return std::vector<int>(stages, accelerators / stages);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--layout must be single, dp or pipeline, got '", layout, "'"));
+}
+
+std::string Bar(double fraction, int width) {
+  const int filled = std::clamp(static_cast<int>(fraction * width + 0.5), 0, width);
+  return std::string(filled, '#') + std::string(width - filled, '.');
+}
+
+}  // namespace
+
+int TrainCommand(const std::vector<std::string>& args) {
+  auto specs = RuntimeFlagSpecs();
+  specs.push_back({"corpus", "the text to train on (default: the shipped corpus)", ""});
+  specs.push_back({"steps", "training steps", "200"});
+  specs.push_back({"layout", "single (one accelerator), dp (data parallel over all), pipeline", "single"});
+  specs.push_back({"stages", "pipeline stages (--layout pipeline; each gets accelerators / stages)", "2"});
+  specs.push_back({"micro-batches", "micro-batches per step (pipeline)", "4"});
+  specs.push_back({"batch", "sequences per step (global)", "16"});
+  specs.push_back({"seq-len", "characters per sequence", "64"});
+  specs.push_back({"layers", "Transformer blocks", "2"});
+  specs.push_back({"d-model", "model width", "64"});
+  specs.push_back({"heads", "attention heads", "4"});
+  specs.push_back({"d-ff", "MLP width", "256"});
+  specs.push_back({"lr", "Adam learning rate", "0.003"});
+  specs.push_back({"seed", "initial weights and batch order", "1"});
+  specs.push_back({"eval-batches", "held-out batches for the final evaluation", "8"});
+  specs.push_back({"trace-steps", "trace this many of the last steps into --trace FILE (0: none)", "5"});
+  Flags flags(specs);
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "causeway train: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
+  if (flags.Bool("help")) {
+    std::printf(
+        "usage: causeway train [flags]\n\nTrains a character-level Transformer language model on a text corpus "
+        "(forward,\nbackward and Adam as one Causeway program per step), showing step, loss and\ntokens/s; then "
+        "prints the final training and held-out loss, tokens/s and each\naccelerator's utilization, and writes a "
+        "trace of the last steps\n(--trace, default causeway-train.trace.json).\n\n%s",
+        flags.Help().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positional()[0], "'")), 2);
+  }
+  auto runtime_options = RuntimeOptionsFromFlags(flags);
+  if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
+  const std::string layout = flags.Get("layout");
+  if (!flags.Has("accelerators") && std::getenv("CAUSEWAY_ACCELERATORS") == nullptr) {
+    runtime_options->accelerators = layout == "single" ? 1 : 4;
+  }
+  struct IntFlag {
+    const char* name;
+    int64_t min, max;
+    int64_t value = 0;
+  };
+  std::vector<IntFlag> ints = {{"steps", 1, 1000000},      {"stages", 1, 64},    {"micro-batches", 1, 1024},
+                               {"batch", 1, 65536},        {"seq-len", 1, 4096}, {"layers", 1, 256},
+                               {"d-model", 1, 8192},       {"heads", 1, 1024},   {"d-ff", 1, 65536},
+                               {"eval-batches", 1, 10000}, {"seed", 0, INT64_MAX}, {"trace-steps", 0, 1000000}};
+  for (IntFlag& f : ints) {
+    auto v = flags.Int(f.name);
+    if (!v.ok()) return fail(v.status(), 2);
+    if (*v < f.min || *v > f.max) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--", f.name, " must be in ", f.min, "..", f.max)), 2);
+    }
+    f.value = *v;
+  }
+  auto get = [&ints](const char* name) {
+    for (const IntFlag& f : ints) {
+      if (std::string(f.name) == name) return f.value;
+    }
+    return int64_t{0};
+  };
+  double lr = 0;
+  if (!absl::SimpleAtod(flags.Get("lr"), &lr) || !(lr > 0)) {
+    return fail(absl::InvalidArgumentError("--lr must be a number > 0"), 2);
+  }
+  const std::string corpus_path = flags.Has("corpus") ? flags.Get("corpus") : DefaultCorpus();
+  const std::string trace_path = flags.Has("trace") ? flags.Get("trace") : "causeway-train.trace.json";
+
+  auto corpus = models::TextCorpus::Load(corpus_path);
+  if (!corpus.ok()) return fail(corpus.status(), 1);
+  auto rt = Runtime::Create(*runtime_options);
+  if (!rt.ok()) return fail(rt.status(), 1);
+  auto stages = Stages(layout, static_cast<int>((*rt)->size()), static_cast<int>(get("stages")));
+  if (!stages.ok()) return fail(stages.status(), 2);
+  auto island = Island::Create(rt->get());
+  if (!island.ok()) return fail(island.status(), 1);
+  auto client = (*island)->Connect("train");
+  if (!client.ok()) return fail(client.status(), 1);
+
+  models::TrainOptions options;
+  options.config.d_model = static_cast<uint32_t>(get("d-model"));
+  options.config.heads = static_cast<uint32_t>(get("heads"));
+  options.config.d_ff = static_cast<uint32_t>(get("d-ff"));
+  options.config.layers = static_cast<uint32_t>(get("layers"));
+  options.config.seq_len = static_cast<uint32_t>(get("seq-len"));
+  options.layout.batch = static_cast<uint32_t>(get("batch"));
+  options.layout.micro_batches = layout == "pipeline" ? static_cast<uint32_t>(get("micro-batches")) : 1;
+  options.stages = *stages;
+  options.adam.lr = static_cast<float>(lr);
+  options.seed = static_cast<uint64_t>(get("seed"));
+  options.eval_batches = static_cast<uint32_t>(get("eval-batches"));
+  auto trainer = models::Trainer::Create(client->get(), *corpus, options);
+  if (!trainer.ok()) return fail(trainer.status(), 1);
+  const models::TrainOptions& o = (*trainer)->options();
+  std::printf("causeway train: %s, %zu characters (%d distinct), %.0f%% held out\n", corpus_path.c_str(),
+              static_cast<size_t>(corpus->bytes()), corpus->vocab().size(),
+              100.0 * static_cast<double>(corpus->held_out().size()) / static_cast<double>(corpus->bytes()));
+  std::printf("model: %u layers, d_model %u, %u heads, d_ff %u, context %u: %s parameters\n", o.config.layers,
+              o.config.d_model, o.config.heads, o.config.d_ff, o.config.seq_len,
+              absl::StrFormat("%.2fM", static_cast<double>(o.config.ParameterCount()) / 1e6).c_str());
+  std::string stage_text = absl::StrJoin(o.stages, " + ");
+  std::printf("layout: %s on %zu accelerator%s (%s) of %s; batch %u%s\n", layout.c_str(), (*rt)->size(),
+              (*rt)->size() == 1 ? "" : "s",
+              stage_text.c_str(), (*rt)->plan().device->name.c_str(), o.layout.batch,
+              layout == "pipeline" ? absl::StrCat(" in ", o.layout.micro_batches, " micro-batches").c_str() : "");
+
+  const uint64_t steps = static_cast<uint64_t>(get("steps"));
+  const uint64_t traced = std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
+  const bool tty = isatty(STDOUT_FILENO);
+  std::vector<double> rates, losses;
+  auto progress = [&](const models::StepReport& r) {
+    const double rate = r.seconds > 0 ? r.tokens / r.seconds : 0;
+    losses.push_back(r.loss);
+    if (r.step > 1 && r.step <= steps - traced) rates.push_back(rate);  // untraced, past the first
+    if (tty) {
+      std::printf("\r[%s] step %llu/%llu  loss %.4f  %8.0f tokens/s ", Bar(double(r.step) / steps, 30).c_str(),
+                  static_cast<unsigned long long>(r.step), static_cast<unsigned long long>(steps), r.loss, rate);
+      if (r.step == steps) std::printf("\n");
+      std::fflush(stdout);
+    } else if (r.step == 1 || r.step % 10 == 0 || r.step == steps) {
+      std::printf("step %llu/%llu  loss %.4f  %.0f tokens/s\n", static_cast<unsigned long long>(r.step),
+                  static_cast<unsigned long long>(steps), r.loss, rate);
+      std::fflush(stdout);
+    }
+  };
+  const absl::Time start = absl::Now();
+  auto run = (*trainer)->Train(steps - traced, progress);
+  if (!run.ok()) return fail(run.status(), 1);
+  if (traced > 0) {
+    auto session = TraceSession::Start(trace_path);
+    if (!session.ok()) return fail(session.status(), 1);
+    run = (*trainer)->Train(traced, progress);
+    if (!run.ok()) return fail(run.status(), 1);
+    if (absl::Status s = (*session)->Finish(); !s.ok()) return fail(s, 1);
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  auto held_out = (*trainer)->Evaluate();
+  if (!held_out.ok()) return fail(held_out.status(), 1);
+
+  const size_t tail = std::min<size_t>(10, losses.size());
+  double train_loss = 0;
+  for (size_t i = losses.size() - tail; i < losses.size(); ++i) train_loss += losses[i] / tail;
+  std::sort(rates.begin(), rates.end());
+  const double rate = rates.empty() ? 0 : rates[rates.size() / 2];
+  std::printf("\nsummary\n");
+  std::printf("  training loss     %.4f (mean of the last %zu steps; step 1: %.4f)\n", train_loss, tail,
+              losses.front());
+  std::printf("  held-out loss     %.4f (%u batches of %u)\n", *held_out, o.eval_batches, o.layout.batch);
+  std::printf("  tokens/s          %.0f (median over %zu untraced steps; %llu steps in %.1f s)\n", rate, rates.size(),
+              static_cast<unsigned long long>(steps), seconds);
+  if (traced > 0) {
+    auto parsed = ReadTraceFile(trace_path);
+    if (!parsed.ok()) return fail(parsed.status(), 1);
+    const TraceSummary summary = Summarize(*parsed);
+    std::printf("  utilization       over the last %llu steps (traced):\n", static_cast<unsigned long long>(traced));
+    for (const TraceSummary::Accelerator& a : summary.accelerators) {
+      std::printf("    %-24s %5.1f%% busy  [%s]\n", a.name.empty() ? absl::StrCat("accelerator ", a.index).c_str()
+                                                                    : a.name.c_str(),
+                  100.0 * a.utilization, Bar(a.utilization, 20).c_str());
+    }
+    std::printf("  trace             %s (causeway trace summarize %s)\n", trace_path.c_str(), trace_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace causeway::cli
