@@ -11,24 +11,35 @@ namespace causeway {
 
 size_t RunState::step_count() const { return executable_->gang_calls(); }
 
-bool RunState::dispatched() const {
+bool RunCompletion::dispatched() const {
   absl::MutexLock lock(&mu_);
   return dispatched_;
 }
 
-std::vector<Future<>> RunState::futures() const {
+std::vector<Future<>> RunCompletion::futures() const {
   absl::MutexLock lock(&mu_);
   return futures_;
 }
 
-absl::Status RunState::Await(absl::Time deadline) {
+void RunCompletion::AddFutures(const std::vector<Future<>>& futures) {
+  absl::MutexLock lock(&mu_);
+  futures_.insert(futures_.end(), futures.begin(), futures.end());
+}
+
+void RunCompletion::Finish(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  dispatched_ = true;
+  error_ = std::move(status);
+}
+
+absl::Status RunCompletion::Await(absl::Time deadline) const {
   std::vector<Future<>> futures;
   {
     absl::MutexLock lock(&mu_);
     if (!mu_.AwaitWithDeadline(absl::Condition(&dispatched_), deadline)) {
       return absl::DeadlineExceededError("run not yet dispatched at the deadline");
     }
-    if (!dispatch_error_.ok()) return dispatch_error_;
+    if (!error_.ok()) return error_;
     futures = futures_;
   }
   absl::Status first;
@@ -309,7 +320,7 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   // Take an instance: a new one while there may be more, else the least
   // recently used, once its previous run has ended.
   std::shared_ptr<Instance> inst;
-  std::shared_ptr<RunState> previous;
+  std::shared_ptr<RunCompletion> previous;
   {
     absl::MutexLock lock(&mu_);
     if (released_) return absl::FailedPreconditionError("the executable was released (its client closed)");
@@ -355,7 +366,7 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   }
   {
     absl::MutexLock lock(&mu_);
-    inst->last_run = run;
+    inst->last_run = run->completion_;
   }
   return run;
 }
@@ -470,8 +481,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   }
   if (!sends.empty()) {
     // The run (and its instance's staging) is done once its sends are.
-    absl::MutexLock lock(&run.mu_);
-    run.futures_.insert(run.futures_.end(), sends.begin(), sends.end());
+    run.completion_->AddFutures(sends);
   }
   return futures;
 }
@@ -494,17 +504,14 @@ void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first
       for (int v : step.outputs) run.values_[v]->EndWrite(failed);
     }
   }
-  // The instance keeps this run as its last one; the run no longer needs the
-  // instance (in-flight work holds its command lists), so break the cycle.
+  // The run no longer needs the instance (in-flight work holds its command
+  // lists); the instance keeps only the run's completion.
   run.instance_.reset();
   // Nor its arrays: the client holds the outputs it wants, and in-flight
-  // work holds the buffers it uses. The instance keeps this run (for its
-  // futures) until its next run, which must not keep outputs alive.
+  // work holds the buffers it uses.
   run.values_.clear();
   run.step_futures_.clear();
-  absl::MutexLock lock(&run.mu_);
-  run.dispatched_ = true;
-  run.dispatch_error_ = status;
+  run.completion_->Finish(std::move(status));
 }
 
 uint64_t Executable::bytes_held() {

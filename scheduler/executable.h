@@ -52,6 +52,27 @@ class GangCallCosts {
   std::vector<std::atomic<int64_t>> ns_;
 };
 
+// How a run ended: whether it is dispatched, its dispatch error and the
+// futures of its submissions. Shared by the run and by the instance it used,
+// which keeps it until the instance's next run; the instance must not keep
+// the run itself, which holds its executable, which holds the instance.
+// Thread-safe.
+class RunCompletion {
+ public:
+  bool dispatched() const;
+  std::vector<Future<>> futures() const;
+  // Blocks until dispatched and every future has finished; the first error.
+  absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) const;
+  void AddFutures(const std::vector<Future<>>& futures);
+  void Finish(absl::Status status);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::vector<Future<>> futures_ ABSL_GUARDED_BY(mu_);
+};
+
 // One set of a program's intermediate buffers, scratch and recorded command
 // lists. Shared by the executable and the runs using it, so releasing the
 // executable never pulls it from under a run.
@@ -62,7 +83,7 @@ struct ExecutableInstance {
   // send's or receive's host-visible staging (a send has one only on the
   // first device holding each distinct shard).
   std::vector<std::vector<std::vector<std::shared_ptr<Buffer>>>> scratch;
-  std::shared_ptr<RunState> last_run;  // guarded by the executable's lock
+  std::shared_ptr<RunCompletion> last_run;  // guarded by the executable's lock
   uint64_t last_used = 0;              // guarded by the executable's lock
   uint64_t bytes = 0;                  // device memory held
 };
@@ -78,11 +99,11 @@ class RunState {
   uint64_t tag() const { return tag_; }
   size_t step_count() const;  // gang calls
   // Blocks until every step is dispatched and has finished; the first error.
-  absl::Status Await(absl::Time deadline = absl::InfiniteFuture());
-  bool dispatched() const;
+  absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) { return completion_->Await(deadline); }
+  bool dispatched() const { return completion_->dispatched(); }
   // The futures of every submission, in dispatch order (after dispatch), and
   // of the run's sends to other islands.
-  std::vector<Future<>> futures() const;
+  std::vector<Future<>> futures() const { return completion_->futures(); }
 
  private:
   friend class Executable;
@@ -98,10 +119,7 @@ class RunState {
   // the dispatching thread.
   std::vector<std::vector<Future<>>> step_futures_;
 
-  mutable absl::Mutex mu_;
-  bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status dispatch_error_ ABSL_GUARDED_BY(mu_);
-  std::vector<Future<>> futures_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<RunCompletion> completion_ = std::make_shared<RunCompletion>();
 };
 
 // Thread-safe. Made by Client::Load.

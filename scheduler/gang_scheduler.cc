@@ -226,10 +226,7 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     exe.FinishDispatch(run, error, s);
     return error;
   }
-  {
-    absl::MutexLock lock(&run.mu_);
-    run.futures_.insert(run.futures_.end(), futures->begin(), futures->end());
-  }
+  run.completion_->AddFutures(*futures);
   if (policy_ == SchedulingPolicy::kWeighted) {
     for (int d = 0; d < mesh.size(); ++d) {
       std::deque<Future<>>& ahead = in_flight_[mesh.device(d)];
