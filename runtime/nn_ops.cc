@@ -403,13 +403,18 @@ absl::StatusOr<OpPlan> PlanPermute0213(uint32_t a, uint32_t b, uint32_t c, uint3
   if (a == 0 || b == 0 || c == 0 || d == 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": every size must be > 0"));
   }
-  const uint64_t n = uint64_t{a} * b * c * d;
-  if (uint64_t{a} * b > UINT32_MAX || uint64_t{a} * b * c > UINT32_MAX || n > UINT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", n, " elements exceed 2^32 - 1"));
+  // Multiplied one size at a time, so that no product overflows 64 bits
+  // before it is checked: the kernel indexes in 32.
+  constexpr uint64_t kMaxElements = std::numeric_limits<uint32_t>::max();
+  uint64_t n = 1;
+  for (uint32_t size : {a, b, c, d}) {
+    n *= size;
+    if (n > kMaxElements) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": more than 2^32 - 1 elements"));
+    }
   }
-  OpPlan plan = OneLaunch(name, std::string(kOp), {Floats("in", n), Floats("out", n)},
-                          PushBytes(Permute0213Params{a, b, c, d}), Groups1D(n, kElementwiseLocal));
-  return plan;
+  return OneLaunch(name, std::string(kOp), {Floats("in", n), Floats("out", n)},
+                   PushBytes(Permute0213Params{a, b, c, d}), Groups1D(n, kElementwiseLocal));
 }
 
 absl::Status Permute0213(CommandList& list, const BufferArg& in, const BufferArg& out, uint32_t a, uint32_t b,

@@ -5,18 +5,19 @@
 //   m' = beta1 m + (1 - beta1) g;   v' = beta2 v + (1 - beta2) g^2
 //   p' = p - lr * weight_decay * p - lr * (m' / bc1) / (sqrt(v' / bc2) + eps)
 // with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step, step = step[0] (counting
-// from 1). Each invocation reads element i of every input before writing
-// element i of the outputs, so an output may be bound to its input's buffer
-// (an update in place).
+// from 1). Only the invocation that writes element i of the outputs reads
+// element i of the inputs, and each value it writes depends on the value it
+// read at the same place, so p_out, m_out and v_out may be bound to the
+// buffers of p, m and v (an update in place, as adam.comp does).
 //
 // Bindings (set 0):  0: float p[]      (readonly)  count
 //                    1: float g[]      (readonly)  count
 //                    2: float m[]      (readonly)  count
 //                    3: float v[]      (readonly)  count
 //                    4: float step[]   (readonly)  1
-//                    5: float p_out[]  (writeonly) count
-//                    6: float m_out[]  (writeonly) count
-//                    7: float v_out[]  (writeonly) count
+//                    5: float p_out[]  (writeonly) count; may alias p
+//                    6: float m_out[]  (writeonly) count; may alias m
+//                    7: float v_out[]  (writeonly) count; may alias v
 // Push constants:    uint count; float lr; float beta1; float beta2;
 //                    float eps; float weight_decay;
 // Specialization:    constant 0 = workgroup size x (default 256).

@@ -626,9 +626,20 @@ TEST_F(NnKernelsTest, AdamMatchesReferenceForThreeSteps) {
   }
 }
 
+// The bit patterns of `values`: equal vectors of these mean bit-for-bit equal
+// floats (where == would let -0 pass for 0).
+std::vector<uint32_t> Bits(const std::vector<float>& values) {
+  std::vector<uint32_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(),
+                 [](float x) { return std::bit_cast<uint32_t>(x); });
+  return bits;
+}
+
 // Tests adam_update (the step read from a buffer, new values to outputs)
 // against the reference for steps 1, 2 and 10, with and without weight
-// decay: out of place (the inputs unchanged, bit for bit) and in place.
+// decay and from nonzero moments: out of place, with every input unchanged
+// bit for bit and nothing written past the outputs; then in place (outputs
+// bound to the inputs' buffers), bit for bit the out-of-place results.
 TEST_F(NnKernelsTest, AdamUpdateMatchesReference) {
   for (float weight_decay : {0.0f, 0.1f}) {
     for (uint32_t n : {1u, 257u, 1000u}) {
@@ -639,15 +650,17 @@ TEST_F(NnKernelsTest, AdamUpdateMatchesReference) {
                                            config.weight_decay};
       for (uint32_t step : {1u, 2u, 10u}) {
         SCOPED_TRACE(absl::StrCat("step ", step));
-        const std::vector<float> p0 = RandomFloats(n, n), g = RandomFloats(n, n + 1, -2.0f, 2.0f);
-        const std::vector<float> m0 = RandomFloats(n, n + 2, -0.5f, 0.5f), v0 = RandomFloats(n, n + 3, 0.0f, 1.0f);
+        const std::vector<float> p0 = RandomFloats(n, n + step), g = RandomFloats(n, n + 1, -2.0f, 2.0f);
+        const std::vector<float> m0 = RandomFloats(n, n + 2, -0.5f, 0.5f),
+                                 v0 = RandomFloats(n, n + 3, 0.0f, 1.0f);
+        const std::vector<float> step_data = {static_cast<float>(step)};
         std::vector<float> p = p0, m = m0, v = v0;
         reference::AdamStep(p, g, m, v, step, options);
         ASSERT_OK_AND_ASSIGN(auto pb, NewBuffer(acc_, p0));
         ASSERT_OK_AND_ASSIGN(auto gb, NewBuffer(acc_, g));
         ASSERT_OK_AND_ASSIGN(auto mb, NewBuffer(acc_, m0));
         ASSERT_OK_AND_ASSIGN(auto vb, NewBuffer(acc_, v0));
-        ASSERT_OK_AND_ASSIGN(auto sb, NewBuffer(acc_, std::vector<float>{static_cast<float>(step)}));
+        ASSERT_OK_AND_ASSIGN(auto sb, NewBuffer(acc_, step_data));
         ASSERT_OK_AND_ASSIGN(auto po, OutputBuffer(acc_, n));
         ASSERT_OK_AND_ASSIGN(auto mo, OutputBuffer(acc_, n));
         ASSERT_OK_AND_ASSIGN(auto vo, OutputBuffer(acc_, n));
@@ -657,33 +670,98 @@ TEST_F(NnKernelsTest, AdamUpdateMatchesReference) {
         ASSERT_OK_AND_ASSIGN(auto got_p, Read<float>(acc_, po));
         ASSERT_OK_AND_ASSIGN(auto got_m, Read<float>(acc_, mo));
         ASSERT_OK_AND_ASSIGN(auto got_v, Read<float>(acc_, vo));
-        EXPECT_TRUE(Near(got_p, p, kKernelTol));
-        EXPECT_TRUE(Near(got_m, m, kKernelTol));
-        EXPECT_TRUE(Near(got_v, v, kKernelTol));
-        ASSERT_OK_AND_ASSIGN(auto kept_p, Read<float>(acc_, pb));
-        ASSERT_OK_AND_ASSIGN(auto kept_m, Read<float>(acc_, mb));
-        EXPECT_EQ(kept_p, p0);
-        EXPECT_EQ(kept_m, m0);
-        // In place: the outputs bound to the inputs' buffers.
+        EXPECT_TRUE(Near(got_p, p, kKernelTol)) << "p_out";
+        EXPECT_TRUE(Near(got_m, m, kKernelTol)) << "m_out";
+        EXPECT_TRUE(Near(got_v, v, kKernelTol)) << "v_out";
+        const std::pair<const std::shared_ptr<Buffer>*, const std::vector<float>*> inputs[] = {
+            {&pb, &p0}, {&gb, &g}, {&mb, &m0}, {&vb, &v0}, {&sb, &step_data}};
+        for (const auto& [buffer, want] : inputs) {
+          ASSERT_OK_AND_ASSIGN(auto kept, Read<float>(acc_, *buffer));
+          EXPECT_EQ(Bits(kept), Bits(*want)) << "an input was written";
+        }
+
         ASSERT_OK(RunList(acc_, [&](CommandList& list) {
           return ops::AdamUpdate(list, pb, gb, mb, vb, sb, pb, mb, vb, n, config);
         }));
-        ASSERT_OK_AND_ASSIGN(auto in_place, Read<float>(acc_, pb));
-        EXPECT_EQ(in_place, std::vector<float>(got_p.begin(), got_p.begin() + n));
+        ASSERT_OK_AND_ASSIGN(auto in_place_p, Read<float>(acc_, pb));
+        ASSERT_OK_AND_ASSIGN(auto in_place_m, Read<float>(acc_, mb));
+        ASSERT_OK_AND_ASSIGN(auto in_place_v, Read<float>(acc_, vb));
+        got_p.resize(n), got_m.resize(n), got_v.resize(n);
+        EXPECT_EQ(Bits(in_place_p), Bits(got_p)) << "p in place";
+        EXPECT_EQ(Bits(in_place_m), Bits(got_m)) << "m in place";
+        EXPECT_EQ(Bits(in_place_v), Bits(got_v)) << "v in place";
       }
     }
   }
+}
+
+// Tests three successive adam_updates, each reading the state the previous
+// one wrote (alternating between two sets of buffers) and its step from the
+// step buffer, against three reference steps from zero moments.
+TEST_F(NnKernelsTest, AdamUpdateChainsLikeThreeAdamSteps) {
+  const uint32_t n = 257;
+  const ops::AdamConfig config{
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+  const reference::AdamOptions options{config.lr, config.beta1, config.beta2, config.eps,
+                                       config.weight_decay};
+  std::vector<float> p = RandomFloats(n, 11), m(n, 0.0f), v(n, 0.0f);
+  std::shared_ptr<Buffer> state[2][3];  // [set][p, m, v]
+  for (auto& set : state) {
+    for (auto& buffer : set) {
+      ASSERT_OK_AND_ASSIGN(buffer, OutputBuffer(acc_, n));
+    }
+  }
+  ASSERT_OK(acc_->UploadSync(state[0][0], p.data(), n * sizeof(float)));
+  ASSERT_OK(acc_->UploadSync(state[0][1], m.data(), n * sizeof(float)));
+  ASSERT_OK(acc_->UploadSync(state[0][2], v.data(), n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(auto sb, NewBuffer(acc_, std::vector<float>{0.0f}));
+  for (uint32_t step = 1; step <= 3; ++step) {
+    const auto& in = state[(step - 1) % 2];
+    const auto& out = state[step % 2];
+    const std::vector<float> g = RandomFloats(n, 20 + step, -2.0f, 2.0f);
+    const float step_value = static_cast<float>(step);
+    ASSERT_OK_AND_ASSIGN(auto gb, NewBuffer(acc_, g));
+    ASSERT_OK(acc_->UploadSync(sb, &step_value, sizeof(float)));
+    ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+      return ops::AdamUpdate(list, in[0], gb, in[1], in[2], sb, out[0], out[1], out[2], n, config);
+    }));
+    reference::AdamStep(p, g, m, v, step, options);
+    ASSERT_OK_AND_ASSIGN(auto got_p, Read<float>(acc_, out[0]));
+    ASSERT_OK_AND_ASSIGN(auto got_m, Read<float>(acc_, out[1]));
+    ASSERT_OK_AND_ASSIGN(auto got_v, Read<float>(acc_, out[2]));
+    EXPECT_TRUE(Near(got_p, p, kKernelTol)) << "p after step " << step;
+    EXPECT_TRUE(Near(got_m, m, kKernelTol)) << "m after step " << step;
+    EXPECT_TRUE(Near(got_v, v, kKernelTol)) << "v after step " << step;
+  }
+}
+
+// Tests that adam_update refuses short buffers, a zero count and bad
+// hyperparameters, naming the operand, and appends nothing.
+TEST_F(NnKernelsTest, AdamUpdateRefusesBadArguments) {
   ASSERT_OK_AND_ASSIGN(auto small, acc_->CreateBuffer(64));
+  ASSERT_OK_AND_ASSIGN(auto big, acc_->CreateBuffer(1024));
   ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
+  using absl::StatusCode::kInvalidArgument;
   EXPECT_ERROR(ops::AdamUpdate(*list, small, small, small, small, small, small, small, small, 64, {}),
-               absl::StatusCode::kInvalidArgument, "adam_update 64: p needs 256 bytes");
+               kInvalidArgument, "adam_update 64: p needs 256 bytes");
+  EXPECT_ERROR(ops::AdamUpdate(*list, big, big, big, big, big, big, big, small, 64, {}), kInvalidArgument,
+               "adam_update 64: v_out needs 256 bytes");
+  EXPECT_ERROR(ops::AdamUpdate(*list, big, big, big, big, big, big, big, big, 0, {}), kInvalidArgument,
+               "count must be > 0");
+  EXPECT_ERROR(ops::AdamUpdate(*list, big, big, big, big, big, big, big, big, 64, {.beta1 = 1.0f}),
+               kInvalidArgument, "beta1");
+  EXPECT_ERROR(ops::AdamUpdate(*list, big, big, big, big, big, big, big, big, 64, {.eps = 0.0f}),
+               kInvalidArgument, "eps");
+  EXPECT_EQ(list->size(), 0u);
 }
 
 // Tests permute_0213 exactly against the reference on shapes with sizes of
-// 1 and odd sizes, nothing written past the output, and that swapping the
-// middle axes twice gives the input back.
+// 1, odd sizes and more elements than one workgroup covers,
+// with nothing written past the output, and that permuting [A, B, C, D]
+// then [A, C, B, D] gives the input back.
 TEST_F(NnKernelsTest, Permute0213MatchesReferenceAndInverts) {
-  const std::array<uint32_t, 4> shapes[] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 64, 4, 16}, {3, 1, 9, 2}, {2, 33, 3, 1}};
+  const std::array<uint32_t, 4> shapes[] = {{1, 1, 1, 1},  {2, 3, 5, 7},  {1, 64, 4, 16}, {3, 1, 9, 2},
+                                            {2, 33, 3, 1}, {5, 2, 1, 33}, {3, 17, 12, 7}};
   for (const auto& [a, b, c, d] : shapes) {
     SCOPED_TRACE(absl::StrCat(a, "x", b, "x", c, "x", d));
     const uint32_t n = a * b * c * d;
@@ -697,15 +775,28 @@ TEST_F(NnKernelsTest, Permute0213MatchesReferenceAndInverts) {
     }));
     ASSERT_OK_AND_ASSIGN(auto y, Read<float>(acc_, yb));
     ASSERT_OK_AND_ASSIGN(auto z, Read<float>(acc_, zb));
-    EXPECT_TRUE(Near(y, reference::Permute0213(x, a, b, c, d), 0.0));
-    EXPECT_TRUE(Near(z, x, 0.0));
+    // Tolerance 0: every element is a copy, equal to the reference exactly.
+    EXPECT_TRUE(Near(y, reference::Permute0213(x, a, b, c, d), 0.0)) << "permuted";
+    EXPECT_TRUE(Near(z, x, 0.0)) << "permuted back";
   }
+}
+
+// Tests that permute_0213 refuses zero sizes, more than 2^32 - 1 elements
+// (also where the product overflows 64 bits) and short buffers, and appends
+// nothing.
+TEST_F(NnKernelsTest, Permute0213RefusesBadArguments) {
   ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
-  ASSERT_OK_AND_ASSIGN(auto small, OutputBuffer(acc_, 4));
-  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 0, 3, 4), absl::StatusCode::kInvalidArgument,
-               "every size must be > 0");
-  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 3, 4, 5), absl::StatusCode::kInvalidArgument,
+  ASSERT_OK_AND_ASSIGN(auto small, OutputBuffer(acc_, 4));  // 4 + kGuard floats
+  using absl::StatusCode::kInvalidArgument;
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 0, 3, 4), kInvalidArgument,
+               "permute_0213 [2, 0, 3, 4]: every size must be > 0");
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 65536, 65536, 1, 1), kInvalidArgument,
+               "more than 2^32 - 1 elements");
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 65536, 65536, 65536, 65536), kInvalidArgument,
+               "more than 2^32 - 1 elements");
+  EXPECT_ERROR(ops::Permute0213(*list, small, small, 2, 3, 4, 5), kInvalidArgument,
                "permute_0213 [2, 3, 4, 5]: in needs 480 bytes");
+  EXPECT_EQ(list->size(), 0u);
 }
 
 // Tests three SGD steps, with and without momentum, against the reference.
