@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 
 namespace causeway::models {
@@ -107,6 +108,29 @@ absl::StatusOr<std::vector<ArrayRef>> Trainer::Queue() {
 absl::StatusOr<double> Trainer::MeanLoss(const std::vector<ArrayRef>& losses, uint64_t tokens) const {
   double sum = 0;
   for (const ArrayRef& loss : losses) {
+    // Where the host can read the accelerators' memory (lavapipe, unified
+    // memory), read each shard as soon as its writes are done: a download
+    // would be queued behind the step already queued after this one.
+    std::vector<bool> read(loss->shard_count(), false);
+    bool direct = true;
+    double shard_sum = 0;
+    for (int d = 0; d < loss->mesh()->size() && direct; ++d) {
+      const int j = loss->ShardIndex(d);
+      if (read[j]) continue;
+      ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, loss->shard(d));
+      if (!buffer->host_coherent() || buffer->mapped() == nullptr) {
+        direct = false;
+        break;
+      }
+      RETURN_IF_ERROR(loss->ShardReady(d).AwaitStatus());
+      const float* values = static_cast<const float*>(buffer->mapped());
+      for (uint64_t i = 0; i < loss->shard_bytes() / sizeof(float); ++i) shard_sum += values[i];
+      read[j] = true;
+    }
+    if (direct) {
+      sum += shard_sum;
+      continue;
+    }
     std::vector<float> values(NumElements(loss->shape()));
     RETURN_IF_ERROR(loss->Download(values.data(), values.size() * sizeof(float)));
     for (float v : values) sum += v;
