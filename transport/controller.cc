@@ -173,6 +173,28 @@ absl::StatusOr<IslandResponse> Decode(const std::string& bytes) {
 }
 }  // namespace
 
+absl::StatusOr<IslandDescription> Controller::Describe(int island) {
+  IslandRequest in;
+  in.mutable_describe();
+  ASSIGN_OR_RETURN(std::string bytes, Call(island, in.SerializeAsString()));
+  ASSIGN_OR_RETURN(IslandResponse out, Decode(bytes));
+  const IslandInfo& info = out.info();
+  IslandDescription d;
+  d.name = info.name();
+  d.accelerators = info.accelerators();
+  d.device.name = info.device();
+  d.device.type = static_cast<VkPhysicalDeviceType>(info.device_type());
+  d.device.subgroup_size = info.subgroup_size();
+  d.device.limits.maxComputeWorkGroupInvocations = info.max_workgroup_invocations();
+  for (int i = 0; i < 3 && i < info.max_workgroup_size().size(); ++i) {
+    d.device.limits.maxComputeWorkGroupSize[i] = info.max_workgroup_size(i);
+  }
+  for (int i = 0; i < 3 && i < info.max_workgroup_count().size(); ++i) {
+    d.device.limits.maxComputeWorkGroupCount[i] = info.max_workgroup_count(i);
+  }
+  return d;
+}
+
 absl::StatusOr<RemoteMesh> Controller::AllocateMesh(int island, std::vector<int> dims) {
   IslandRequest in;
   for (int d : dims) in.mutable_allocate_mesh()->add_dims(d);

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/future.h"
+#include "runtime/instance.h"
 #include "scheduler/array.h"
 #include "scheduler/dtype.h"
 #include "transport/auth.h"
@@ -71,6 +72,15 @@ struct RemoteArray {
   uint64_t bytes() const { return static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype); }
 };
 
+// What an island holds, as far as a controller plans programs by it.
+struct IslandDescription {
+  std::string name;
+  int accelerators = 0;
+  // Of its accelerators: the name, type, subgroup size and compute limits
+  // (what ops:: plans take); nothing else is filled in.
+  PhysicalDeviceInfo device;
+};
+
 // A program loaded over one or more islands. Opaque.
 class RemoteProgram;
 
@@ -105,6 +115,8 @@ class Controller {
   // OK while the island's connection is healthy; why not otherwise.
   absl::Status island_status(int i) const;
 
+  // Asks the island what it holds.
+  absl::StatusOr<IslandDescription> Describe(int island);
   absl::StatusOr<RemoteMesh> AllocateMesh(int island, std::vector<int> dims);
   absl::StatusOr<RemoteArray> CreateArray(const RemoteMesh& mesh, Shape shape, DType dtype,
                                           Sharding sharding = Sharding::Replicated());

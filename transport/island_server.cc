@@ -9,6 +9,7 @@
 #include <functional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "runtime/status.h"
@@ -361,7 +362,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       case IslandRequest::kDescribe: {
         out.mutable_info()->set_name(server_->options_.name);
         out.mutable_info()->set_accelerators(static_cast<int32_t>(server_->runtime_->size()));
-        out.mutable_info()->set_device(server_->runtime_->accelerator(0)->info().name);
+        const PhysicalDeviceInfo& device = server_->runtime_->accelerator(0)->info();
+        IslandInfo* info = out.mutable_info();
+        info->set_device(device.name);
+        info->set_device_type(static_cast<int32_t>(device.type));
+        info->set_subgroup_size(device.subgroup_size);
+        info->set_max_workgroup_invocations(device.limits.maxComputeWorkGroupInvocations);
+        for (int d = 0; d < 3; ++d) {
+          info->add_max_workgroup_size(device.limits.maxComputeWorkGroupSize[d]);
+          info->add_max_workgroup_count(device.limits.maxComputeWorkGroupCount[d]);
+        }
         break;
       }
       case IslandRequest::kAllocateMesh: {
@@ -392,12 +402,22 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         break;
       }
       case IslandRequest::kReleaseArray: {
-        auto it = arrays_.find(in.release_array().array());
-        if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("no array ", in.release_array().array()));
-        // Runs queued before this request may still read it: release after them.
-        ArrayRef array = std::move(it->second);
-        arrays_.erase(it);
-        worker_->Push([array] {});
+        const uint64_t id = in.release_array().array();
+        if ((!arrays_.contains(id) && !pending_.contains(id)) || released_.contains(id)) {
+          return absl::NotFoundError(absl::StrCat("no array ", id));
+        }
+        // Runs queued before this request may still read it, or make it:
+        // it goes after them, in order. Later requests no longer see it.
+        released_.insert(id);
+        worker_->Push([this, id] {
+          ArrayRef dropped;
+          absl::MutexLock lock(&mu_);
+          released_.erase(id);
+          if (auto it = arrays_.find(id); it != arrays_.end()) {
+            dropped = std::move(it->second);
+            arrays_.erase(it);
+          }
+        });
         return IslandReply(out);
       }
       case IslandRequest::kLoadProgram: {
@@ -456,11 +476,20 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           return why;
         };
         if (p == programs_.end()) return refuse(absl::NotFoundError(absl::StrCat("no program ", program_id)));
-        std::vector<ArrayRef> inputs;
+        // An input made by a run queued before this one (pending) is looked
+        // up when this run's turn comes; the rest are held from now.
+        std::vector<std::pair<uint64_t, ArrayRef>> inputs;
         for (uint64_t id : ex.inputs()) {
           auto a = arrays_.find(id);
-          if (a == arrays_.end()) return refuse(absl::NotFoundError(absl::StrCat("no array ", id)));
-          inputs.push_back(a->second);
+          if (released_.contains(id)) {
+            return refuse(absl::NotFoundError(absl::StrCat("no array ", id, " (released)")));
+          } else if (a != arrays_.end()) {
+            inputs.push_back({id, a->second});
+          } else if (pending_.contains(id)) {
+            inputs.push_back({id, nullptr});
+          } else {
+            return refuse(absl::NotFoundError(absl::StrCat("no array ", id)));
+          }
         }
         const size_t count = p->second.exe->program().outputs().size();
         std::vector<uint64_t> outputs(ex.outputs().begin(), ex.outputs().end());
@@ -474,11 +503,12 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
               absl::StrCat("program ", program_id, " has ", count, " outputs; ", outputs.size(), " ids given")));
         } else {
           for (uint64_t id : outputs) {
-            if (id < kControllerIds || arrays_.contains(id)) {
+            if (id < kControllerIds || arrays_.contains(id) || pending_.contains(id)) {
               return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is in use or below 2^62")));
             }
           }
         }
+        pending_.insert(outputs.begin(), outputs.end());
         auto exe = p->second.exe;
         worker_->Push([this, exe, inputs, outputs, program_id, tag] { RunJob(exe, inputs, outputs, program_id, tag); });
         break;
@@ -530,23 +560,38 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   // On the worker: runs in the order they were asked for.
-  void RunJob(const std::shared_ptr<Executable>& exe, const std::vector<ArrayRef>& inputs,
+  void RunJob(const std::shared_ptr<Executable>& exe, const std::vector<std::pair<uint64_t, ArrayRef>>& given,
               const std::vector<uint64_t>& outputs, uint64_t program_id, uint64_t tag) {
     std::shared_ptr<Client> c;
+    std::vector<ArrayRef> inputs;
+    absl::Status missing;
     {
       absl::MutexLock lock(&mu_);
       c = client_;
+      for (const auto& [id, array] : given) {
+        if (array != nullptr) {
+          inputs.push_back(array);
+        } else if (auto a = arrays_.find(id); a != arrays_.end()) {
+          inputs.push_back(a->second);
+        } else if (missing.ok()) {
+          missing = absl::NotFoundError(absl::StrCat("no array ", id, " (the run that makes it failed)"));
+        }
+      }
     }
-    auto run = c->Execute(exe, inputs, {.tag = tag});
+    absl::StatusOr<Execution> run = missing.ok() ? c->Execute(exe, inputs, {.tag = tag})
+                                                 : absl::StatusOr<Execution>(missing);
     auto report = [this, program_id, tag](const absl::Status& s) { ReportRun(program_id, tag, s); };
+    {
+      absl::MutexLock lock(&mu_);
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        pending_.erase(outputs[i]);
+        if (run.ok()) arrays_[outputs[i]] = run->outputs[i];
+      }
+    }
     if (!run.ok()) {
       FailSends(*exe, tag, run.status());
       report(run.status());
       return;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = 0; i < outputs.size(); ++i) arrays_[outputs[i]] = run->outputs[i];
     }
     outbox_->Push([run = *run, report] { report(run.Await()); });
   }
@@ -594,6 +639,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Mesh>> meshes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ArrayRef> arrays_ ABSL_GUARDED_BY(mu_);
+  // Outputs of runs queued on the worker and not yet started: they join
+  // arrays_ (or, if the run could not start, are forgotten) in queue order.
+  absl::flat_hash_set<uint64_t> pending_ ABSL_GUARDED_BY(mu_);
+  // Released, and dropped from arrays_ once the worker reaches the release.
+  absl::flat_hash_set<uint64_t> released_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LoadedProgram> programs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Upload> uploads_ ABSL_GUARDED_BY(mu_);
   // Made with the session, reset only by Teardown (after the connection,

@@ -398,6 +398,50 @@ TEST(IslandServerTest, DataParallelAcrossIslands) {
   }
 }
 
+// Tests that a run's outputs can be the next run's inputs and be released
+// at once, before the island has started the run that makes them (the
+// island takes requests as they come and runs on a worker): a chain of 24
+// runs x = x + b, each releasing the x before it, ends at x0 + 24 b.
+TEST(IslandServerTest, ChainedRunsUseAndReleaseOutputsNotYetMade) {
+  constexpr int kN = 1024, kRuns = 24;
+  auto a = StartIsland("isl-a", 1);
+  ASSERT_TRUE(a != nullptr);
+  ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({a->address()}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, c->AllocateMesh(0, {1}));
+  ProgramDef def;
+  def.set_name("step");
+  MeshDef* m = def.add_meshes();
+  m->set_name("m");
+  m->add_dims(1);
+  *def.add_functions() = ElementwiseDef("add", "add", {kN});
+  AddParameter(def, "x", "m", {kN}, Sharding::Replicated());
+  AddParameter(def, "b", "m", {kN}, Sharding::Replicated());
+  AddCall(def, "next", "add", "m", {"x", "b"}, {"y"});
+  def.add_outputs("y");
+  ASSERT_OK_AND_ASSIGN(auto program, c->Load(def, {{"m", mesh}}));
+  const std::vector<float> x0 = RandomFloats(kN, 1), b = RandomFloats(kN, 2);
+  ASSERT_OK_AND_ASSIGN(RemoteArray x, c->CreateArray(mesh, {kN}, DType::kF32));
+  ASSERT_OK_AND_ASSIGN(RemoteArray bias, c->CreateArray(mesh, {kN}, DType::kF32));
+  ASSERT_OK(c->Upload(x, x0.data(), kN * 4));
+  ASSERT_OK(c->Upload(bias, b.data(), kN * 4));
+  std::vector<RemoteRun> runs;
+  for (int r = 0; r < kRuns; ++r) {
+    ASSERT_OK_AND_ASSIGN(RemoteRun run, c->Execute(program, {x, bias}));
+    ASSERT_OK(c->Release(x));
+    x = run.outputs[0];
+    runs.push_back(std::move(run));
+  }
+  for (RemoteRun& run : runs) ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kN), want = x0;
+  ASSERT_OK(c->Download(x, got.data(), kN * 4, absl::Now() + kRunTimeout));
+  for (int r = 0; r < kRuns; ++r) {
+    for (int i = 0; i < kN; ++i) want[i] += b[i];
+  }
+  EXPECT_EQ(got, want);
+  // A released id is gone.
+  EXPECT_ERROR(c->Release(runs[0].outputs[0]), absl::StatusCode::kNotFound, "no array");
+}
+
 // Tests that garbage sent to an island (random bytes, an oversized frame)
 // closes only that connection: the island keeps serving its controller.
 TEST(IslandServerTest, MalformedTrafficLeavesOtherPeersServed) {
