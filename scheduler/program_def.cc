@@ -667,6 +667,126 @@ FunctionDef RepeatedAddDef(std::string name, const Shape& shape, int count) {
   return def;
 }
 
+absl::StatusOr<FunctionDef> ToDef(const Function& function, std::string name) {
+  const std::string what = absl::StrCat("function '", function.name(), "'");
+  const std::vector<TensorSpec>* lists[] = {&function.inputs(), &function.outputs(), &function.scratch()};
+  const char* kinds[] = {"inputs", "outputs", "scratch buffers"};
+  for (int k = 0; k < 3; ++k) {
+    if (lists[k]->size() > static_cast<size_t>(kMaxDefTensors)) {
+      return Invalid(what, " has ", lists[k]->size(), " ", kinds[k], "; a def holds at most ", kMaxDefTensors);
+    }
+  }
+  if (function.steps().size() > static_cast<size_t>(kMaxDefSteps)) {
+    return Invalid(what, " has ", function.steps().size(), " kernels; a def holds at most ", kMaxDefSteps);
+  }
+  FunctionDef def;
+  def.set_name(std::move(name));
+  FunctionDef::Custom* custom = def.mutable_custom();
+  google::protobuf::RepeatedPtrField<TensorSpecDef>* defs[] = {custom->mutable_inputs(), custom->mutable_outputs(),
+                                                               custom->mutable_scratch()};
+  for (int k = 0; k < 3; ++k) {
+    for (const TensorSpec& spec : *lists[k]) {
+      TensorSpecDef* t = defs[k]->Add();
+      t->mutable_shape()->Add(spec.shape.begin(), spec.shape.end());
+      t->set_dtype(ToDef(spec.dtype));
+    }
+  }
+  for (const KernelStep& step : function.steps()) {
+    KernelStepDef* s = custom->add_steps();
+    // A built-in by name only if it is that very module: a custom kernel may
+    // share a built-in's name.
+    absl::StatusOr<std::shared_ptr<const Kernel>> builtin = BuiltinKernel(step.kernel->name());
+    if (builtin.ok() && (*builtin)->hash() == step.kernel->hash()) {
+      s->set_builtin(step.kernel->name());
+    } else {
+      const absl::Span<const uint32_t> words = step.kernel->spirv();
+      s->set_spirv(std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint32_t)));
+      s->set_kernel_name(step.kernel->name());
+    }
+    s->mutable_args()->Add(step.args.begin(), step.args.end());
+    s->set_push_constants(std::string(step.push_constants.begin(), step.push_constants.end()));
+    s->mutable_groups()->Add(step.groups.begin(), step.groups.end());
+    for (const auto& [id, value] : step.spec) {
+      KernelStepDef::SpecValue* v = s->add_spec();
+      v->set_id(id);
+      v->set_value(value);
+    }
+  }
+  return def;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Mesh(std::string name, const std::vector<int>& dims) {
+  MeshDef* m = def_.add_meshes();
+  m->set_name(std::move(name));
+  m->mutable_dims()->Add(dims.begin(), dims.end());
+  return *this;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Parameter(std::string value, std::string mesh, const Shape& shape, DType dtype,
+                                                const Sharding& sharding) {
+  ParameterDef* p = def_.add_parameters();
+  p->set_value(std::move(value));
+  p->set_mesh(std::move(mesh));
+  p->mutable_shape()->Add(shape.begin(), shape.end());
+  p->set_dtype(ToDef(dtype));
+  *p->mutable_sharding() = ToDef(sharding);
+  return *this;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Call(std::string node, const std::shared_ptr<const Function>& function,
+                                           std::string mesh, const std::vector<std::string>& inputs,
+                                           const std::vector<std::string>& outputs,
+                                           const std::vector<Sharding>& output_shardings) {
+  if (!status_.ok()) return *this;
+  if (function == nullptr) {
+    status_ = Invalid("node '", node, "' calls no function");
+    return *this;
+  }
+  auto it = functions_.find(function.get());
+  if (it == functions_.end()) {
+    const int uses = ++name_uses_[function->name()];
+    std::string name = uses == 1 ? function->name() : absl::StrCat(function->name(), ".", uses);
+    absl::StatusOr<FunctionDef> f = ToDef(*function, name);
+    if (!f.ok()) {
+      status_ = Prefixed(absl::StrCat("node '", node, "'"), f.status());
+      return *this;
+    }
+    *def_.add_functions() = *std::move(f);
+    it = functions_.emplace(function.get(), std::pair{function, std::move(name)}).first;
+  }
+  CallDef* c = def_.add_nodes()->mutable_call();
+  c->set_function(it->second.second);
+  c->set_mesh(std::move(mesh));
+  for (const std::string& in : inputs) c->add_inputs(in);
+  for (const std::string& out : outputs) c->add_outputs(out);
+  for (const Sharding& s : output_shardings) *c->add_output_shardings() = ToDef(s);
+  def_.mutable_nodes(def_.nodes_size() - 1)->set_name(std::move(node));
+  return *this;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::AllReduce(std::string node, std::string mesh, std::string input,
+                                                std::string output, CollectiveDef::ReduceOp op) {
+  NodeDef* n = def_.add_nodes();
+  n->set_name(std::move(node));
+  CollectiveDef* c = n->mutable_collective();
+  c->set_kind(CollectiveDef::ALL_REDUCE);
+  c->set_mesh(std::move(mesh));
+  c->set_input(std::move(input));
+  c->set_output(std::move(output));
+  c->set_op(op);
+  return *this;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Output(std::string value) {
+  def_.add_outputs(std::move(value));
+  return *this;
+}
+
+absl::StatusOr<ProgramDef> ProgramDefBuilder::Build() const {
+  RETURN_IF_ERROR(status_);
+  return def_;
+}
+
 ShardingDef ToDef(const Sharding& sharding) {
   ShardingDef def;
   if (!sharding.replicated()) {

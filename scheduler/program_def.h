@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -100,6 +102,55 @@ FunctionDef ElementwiseDef(std::string name, std::string op, const Shape& shape)
 FunctionDef ScaleDef(std::string name, const Shape& shape, float alpha);
 FunctionDef MatmulDef(std::string name, uint32_t m, uint32_t n, uint32_t k);
 FunctionDef RepeatedAddDef(std::string name, const Shape& shape, int count);
+
+// A built function as data: a custom FunctionDef named `name` whose steps are
+// the function's kernels, by name where a kernel is the built-in of that name
+// (the same module), else as their SPIR-V. FunctionFromDef of the result
+// makes a function of the same buffers and steps. InvalidArgument if the
+// function exceeds what a def may hold (kMaxDefTensors, kMaxDefSteps).
+absl::StatusOr<FunctionDef> ToDef(const Function& function, std::string name);
+
+// Builds a ProgramDef in ProgramBuilder's vocabulary, for programs made in
+// C++ that must also travel as data: to island servers (a controller splits
+// them), or into a file. Functions are given built; each distinct one is
+// written once (ToDef), under its own name, or with a suffix ".2", ".3", ...
+// where different functions share a name. Names of meshes, values and nodes
+// are checked when the def is built (BuildProgram, SplitByIsland), as for any
+// def.
+//
+// Example:
+//   ProgramDefBuilder b("double");
+//   b.Mesh("m", {2});
+//   b.Parameter("x", "m", {1024}, DType::kF32, Sharding::Split(0));
+//   b.Call("double", scale, "m", {"x"}, {"y"});   // scale: a built Function
+//   b.Output("y");
+//   ASSIGN_OR_RETURN(ProgramDef def, b.Build());
+//   ASSIGN_OR_RETURN(auto program, BuildProgram(def, {{"m", mesh}}));
+class ProgramDefBuilder {
+ public:
+  explicit ProgramDefBuilder(std::string name) { def_.set_name(std::move(name)); }
+
+  ProgramDefBuilder& Mesh(std::string name, const std::vector<int>& dims);
+  ProgramDefBuilder& Parameter(std::string value, std::string mesh, const Shape& shape, DType dtype = DType::kF32,
+                               const Sharding& sharding = Sharding::Replicated());
+  ProgramDefBuilder& Call(std::string node, const std::shared_ptr<const Function>& function, std::string mesh,
+                          const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+                          const std::vector<Sharding>& output_shardings = {});
+  ProgramDefBuilder& AllReduce(std::string node, std::string mesh, std::string input, std::string output,
+                               CollectiveDef::ReduceOp op = CollectiveDef::SUM);
+  ProgramDefBuilder& Output(std::string value);
+
+  // The def, or the first error met while adding to it (naming the node).
+  absl::StatusOr<ProgramDef> Build() const;
+
+ private:
+  ProgramDef def_;
+  absl::Status status_;
+  // The name each function was written under, by identity; held, so that
+  // no other function takes its address while the builder lives.
+  absl::flat_hash_map<const Function*, std::pair<std::shared_ptr<const Function>, std::string>> functions_;
+  absl::flat_hash_map<std::string, int> name_uses_;
+};
 
 // Conversions. FromDef refuses what the C++ type cannot hold (an enum value
 // out of range, a negative axis, an array axis >= kMaxDefRank, a mesh axis

@@ -377,6 +377,76 @@ TEST_F(ProgramDefTest, CustomFunctionsFromSpirvAndBuiltinNames) {
   ExpectBitIdentical(got, want);  // one rounding per kernel, as on the CPU
 }
 
+// Tests that a built function written as data (ToDef) builds the same
+// function again, built-in kernels by name and others as their SPIR-V; that
+// ProgramDefBuilder writes a program that runs bit for bit like the def
+// written by hand, each function once and under a name of its own; and that
+// what a def cannot hold is refused naming the node.
+TEST_F(ProgramDefTest, BuiltFunctionsAndProgramsAsData) {
+  const ProgramDef hand = CustomDef();
+  ASSERT_OK_AND_ASSIGN(auto by_name, FunctionFromDef(hand.functions(0)));
+  ASSERT_OK_AND_ASSIGN(auto fused, FunctionFromDef(hand.functions(1)));
+  ASSERT_OK_AND_ASSIGN(FunctionDef written, ToDef(*fused, "fused"));
+  ASSERT_EQ(written.custom().steps_size(), 2);
+  EXPECT_EQ(written.custom().steps(0).builtin(), "mul");
+  EXPECT_EQ(written.custom().steps(1).kernel_name(), "my_add");
+  EXPECT_EQ(written.custom().steps(1).spirv(), BuiltinSpirvBytes("add"));
+  ASSERT_OK_AND_ASSIGN(auto again, FunctionFromDef(written));
+  EXPECT_EQ(again->inputs(), fused->inputs());
+  EXPECT_EQ(again->outputs(), fused->outputs());
+  EXPECT_EQ(again->scratch(), fused->scratch());
+  ASSERT_EQ(again->steps().size(), fused->steps().size());
+  for (size_t i = 0; i < fused->steps().size(); ++i) {
+    const KernelStep &want = fused->steps()[i], &got = again->steps()[i];
+    EXPECT_EQ(got.kernel->hash(), want.kernel->hash()) << "step " << i;
+    EXPECT_EQ(got.kernel->name(), want.kernel->name()) << "step " << i;
+    EXPECT_EQ(got.args, want.args) << "step " << i;
+    EXPECT_EQ(got.push_constants, want.push_constants) << "step " << i;
+    EXPECT_EQ(got.groups, want.groups) << "step " << i;
+    EXPECT_EQ(got.spec, want.spec) << "step " << i;
+  }
+
+  ASSERT_OK_AND_ASSIGN(auto fused_twin, FunctionFromDef(hand.functions(1)));  // another function, same name
+  ProgramDefBuilder b("custom");
+  b.Mesh("a", {2});
+  b.Parameter("a", "a", {512}, DType::kF32, Sharding::Split(0));
+  b.Parameter("b", "a", {512}, DType::kF32, Sharding::Split(0));
+  b.Call("product", by_name, "a", {"a", "b"}, {"p"});
+  b.Call("fma", fused, "a", {"a", "b"}, {"out"});
+  b.Call("fma.again", fused, "a", {"a", "b"}, {"out2"});
+  b.Call("fma.twin", fused_twin, "a", {"a", "b"}, {"out3"});
+  b.Output("p").Output("out").Output("out2").Output("out3");
+  ASSERT_OK_AND_ASSIGN(ProgramDef def, b.Build());
+  ASSERT_EQ(def.functions_size(), 3);
+  EXPECT_EQ(def.functions(1).name(), "fused");
+  EXPECT_EQ(def.functions(2).name(), "fused.2");
+  EXPECT_EQ(def.nodes(2).call().function(), "fused");
+  EXPECT_EQ(def.nodes(3).call().function(), "fused.2");
+
+  const HostValues inputs = {{"a", reference::RandomFloats(512, 5)}, {"b", reference::RandomFloats(512, 6)}};
+  ASSERT_OK_AND_ASSIGN(auto from_builder, BuildProgram(def, meshes_));
+  ASSERT_OK_AND_ASSIGN(auto from_hand, BuildProgram(hand, meshes_));
+  ASSERT_OK_AND_ASSIGN(HostValues got, Run(from_builder, inputs));
+  ASSERT_OK_AND_ASSIGN(HostValues want, Run(from_hand, inputs));
+  want["out2"] = want["out"];
+  want["out3"] = want["out"];
+  ExpectBitIdentical(got, want);
+
+  ProgramDefBuilder none("none");
+  none.Call("nothing", nullptr, "a", {}, {"x"}).Output("x");
+  EXPECT_ERROR(none.Build(), absl::StatusCode::kInvalidArgument, "node 'nothing' calls no function");
+  std::vector<TensorSpec> wide(kMaxDefTensors + 1, TensorSpec{{256}, DType::kF32});
+  std::vector<KernelStep> steps = fused->steps();
+  steps.resize(1);
+  ASSERT_OK_AND_ASSIGN(auto too_wide, Function::Create("too_wide", wide, {TensorSpec{{256}, DType::kF32}}, {},
+                                                       {KernelStep{steps[0].kernel, {0, 1, kMaxDefTensors + 1},
+                                                                   steps[0].push_constants}}));
+  ProgramDefBuilder wide_program("wide");
+  wide_program.Call("wide_call", too_wide, "a", {}, {"x"});
+  EXPECT_ERROR(wide_program.Build(), absl::StatusCode::kInvalidArgument,
+               "node 'wide_call': function 'too_wide' has 65 inputs; a def holds at most 64");
+}
+
 // Tests that the pipeline written as text parses to the def made in C++,
 // builds and runs to the same bits, and that ProgramDefToText round-trips
 // (SPIR-V bytes included).
