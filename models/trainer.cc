@@ -1,140 +1,291 @@
 #include "models/trainer.h"
 
-#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/accelerator.h"
 #include "runtime/memory.h"
 #include "runtime/status.h"
 
 namespace causeway::models {
 
-Trainer::Trainer(Client* client, const TextCorpus& corpus, TrainOptions options)
-    : client_(client),
+const PhysicalDeviceInfo* LocalBackend::device() const {
+  for (const std::shared_ptr<Mesh>& mesh : meshes_) {
+    if (mesh->size() > 0 && mesh->device(0) != nullptr) return &mesh->device(0)->info();
+  }
+  return nullptr;
+}
+
+absl::StatusOr<int> LocalBackend::AllocateMesh(int /*replica*/, int size) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, client_->AllocateMesh({size}));
+  meshes_.push_back(std::move(mesh));
+  return static_cast<int>(meshes_.size()) - 1;
+}
+
+absl::StatusOr<int> LocalBackend::Load(const ProgramDef& def,
+                                       const absl::flat_hash_map<std::string, int>& meshes) {
+  absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> bound;
+  for (const auto& [name, index] : meshes) bound[name] = meshes_.at(index);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, BuildProgram(def, bound));
+  ASSIGN_OR_RETURN(std::shared_ptr<Executable> executable, client_->Load(program));
+  programs_.push_back(std::move(executable));
+  return static_cast<int>(programs_.size()) - 1;
+}
+
+absl::StatusOr<TrainBackend::Handle> LocalBackend::Create(int mesh, const Shape& shape, DType dtype,
+                                                          const Sharding& sharding, const void* data,
+                                                          uint64_t bytes) {
+  ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(meshes_.at(mesh), shape, dtype, sharding));
+  RETURN_IF_ERROR(array->Upload(data, bytes));
+  arrays_[next_] = std::move(array);
+  return next_++;
+}
+
+absl::StatusOr<ArrayRef> LocalBackend::Get(Handle array) const {
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", array));
+  return it->second;
+}
+
+absl::StatusOr<std::vector<TrainBackend::Handle>> LocalBackend::Execute(int program,
+                                                                        const std::vector<Handle>& inputs) {
+  std::vector<ArrayRef> arrays;
+  for (Handle h : inputs) {
+    ASSIGN_OR_RETURN(ArrayRef a, Get(h));
+    arrays.push_back(std::move(a));
+  }
+  ASSIGN_OR_RETURN(Execution run, client_->Execute(programs_.at(program), arrays));
+  std::vector<Handle> out;
+  for (ArrayRef& a : run.outputs) {
+    arrays_[next_] = std::move(a);
+    out.push_back(next_++);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> LocalBackend::Read(Handle handle) {
+  ASSIGN_OR_RETURN(ArrayRef array, Get(handle));
+  std::vector<float> values(NumElements(array->shape()));
+  RETURN_IF_ERROR(array->Download(values.data(), values.size() * sizeof(float)));
+  return values;
+}
+
+absl::StatusOr<double> LocalBackend::Sum(Handle handle) {
+  ASSIGN_OR_RETURN(ArrayRef array, Get(handle));
+  // Where the host can read the accelerators' memory (lavapipe, unified
+  // memory), read each shard as soon as its writes are done: a download
+  // would be queued behind the step already queued after this one.
+  std::vector<bool> read(array->shard_count(), false);
+  double sum = 0;
+  for (int d = 0; d < array->mesh()->size(); ++d) {
+    const int j = array->ShardIndex(d);
+    if (read[j]) continue;
+    ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, array->shard(d));
+    if (!buffer->host_coherent() || buffer->mapped() == nullptr) {
+      ASSIGN_OR_RETURN(std::vector<float> values, Read(handle));
+      sum = 0;
+      for (float v : values) sum += v;
+      return sum;
+    }
+    RETURN_IF_ERROR(array->ShardReady(d).AwaitStatus());
+    const float* values = static_cast<const float*>(buffer->mapped());
+    for (uint64_t i = 0; i < array->shard_bytes() / sizeof(float); ++i) sum += values[i];
+    read[j] = true;
+  }
+  return sum;
+}
+
+absl::Status LocalBackend::Release(Handle array) {
+  if (arrays_.erase(array) == 0) return absl::NotFoundError(absl::StrCat("trainer: no array ", array));
+  return absl::OkStatus();
+}
+
+Trainer::Trainer(std::unique_ptr<TrainBackend> backend, const TextCorpus& corpus, TrainOptions options)
+    : backend_(std::move(backend)),
       corpus_(corpus),
       options_(std::move(options)),
       sampler_(corpus.train(), options_.layout.batch, options_.config.seq_len, options_.seed) {}
 
+Trainer::~Trainer() {
+  for (auto* list : {&weights_, &m_, &v_}) {
+    for (const std::vector<TrainBackend::Handle>& replica : *list) ReleaseAll(replica);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Client* client, const TextCorpus& corpus,
                                                          TrainOptions options) {
+  return Create(std::make_unique<LocalBackend>(client), corpus, std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::unique_ptr<TrainBackend> backend,
+                                                         const TextCorpus& corpus, TrainOptions options) {
   if (options.config.vocab == 0) options.config.vocab = static_cast<uint32_t>(corpus.vocab().size());
   if (options.config.vocab < static_cast<uint32_t>(corpus.vocab().size())) {
-    return absl::InvalidArgumentError(absl::StrCat("model: vocab ", options.config.vocab, " is smaller than the ",
-                                                   corpus.vocab().size(), " characters of ", corpus.name()));
+    return absl::InvalidArgumentError(absl::StrCat("model: vocab ", options.config.vocab,
+                                                   " is smaller than the ", corpus.vocab().size(),
+                                                   " characters of ", corpus.name()));
   }
   RETURN_IF_ERROR(options.config.Validate());
   if (options.stages.empty()) return absl::InvalidArgumentError("trainer: no stages");
-  std::unique_ptr<Trainer> trainer(new Trainer(client, corpus, std::move(options)));
+  if (options.layout.replicas == 0) return absl::InvalidArgumentError("trainer: 0 replicas");
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(backend), corpus, std::move(options)));
   RETURN_IF_ERROR(trainer->Init());
   return trainer;
 }
 
 absl::Status Trainer::Init() {
-  for (int size : options_.stages) {
-    if (size < 1) return absl::InvalidArgumentError(absl::StrCat("trainer: a stage of ", size, " accelerators"));
-    ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, client_->AllocateMesh({size}));
-    meshes_.push_back(std::move(mesh));
+  const uint32_t replicas = options_.layout.replicas;
+  const int stages = static_cast<int>(options_.stages.size());
+  for (uint32_t r = 0; r < replicas; ++r) {
+    for (int size : options_.stages) {
+      if (size < 1)
+        return absl::InvalidArgumentError(absl::StrCat("trainer: a stage of ", size, " accelerators"));
+      ASSIGN_OR_RETURN(int mesh, backend_->AllocateMesh(static_cast<int>(r), size));
+      meshes_.push_back(mesh);
+    }
   }
   AdamSettings settings;
   settings.adam = options_.adam;
-  ASSIGN_OR_RETURN(step_program_, BuildTrainStep(options_.config, options_.layout, meshes_, settings));
-  ASSIGN_OR_RETURN(train_, client_->Load(step_program_.program));
-  ASSIGN_OR_RETURN(auto eval, BuildEvalProgram(options_.config, options_.layout.batch, meshes_));
-  ASSIGN_OR_RETURN(eval_, client_->Load(eval));
+  ASSIGN_OR_RETURN(step_program_, BuildTrainStepDef(options_.config, options_.layout, options_.stages,
+                                                    settings, backend_->device()));
+  absl::flat_hash_map<std::string, int> bound;
+  for (size_t i = 0; i < meshes_.size(); ++i) bound[step_program_.meshes[i]] = meshes_[i];
+  ASSIGN_OR_RETURN(train_, backend_->Load(step_program_.def, bound));
+  ASSIGN_OR_RETURN(ProgramDef eval,
+                   BuildEvalDef(options_.config, options_.layout.batch, options_.stages, backend_->device()));
+  absl::flat_hash_map<std::string, int> eval_bound;
+  for (int s = 0; s < stages; ++s) eval_bound[absl::StrCat("stage", s)] = meshes_[s];
+  ASSIGN_OR_RETURN(eval_, backend_->Load(eval, eval_bound));
 
   const std::vector<ParameterInfo> params = Parameters(options_.config);
   const std::vector<std::vector<float>> initial = InitialParameters(options_.config, options_.seed);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::shared_ptr<Mesh>& mesh = meshes_[step_program_.stage_of[i]];
-    const std::vector<float> zeros(initial[i].size(), 0.0f);
-    for (auto [list, values, prefix] : {std::tuple{&weights_, &initial[i], ""}, std::tuple{&m_, &zeros, "m."},
-                                        std::tuple{&v_, &zeros, "v."}}) {
-      ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(mesh, params[i].shape, DType::kF32,
-                                                            Sharding::Replicated(), absl::StrCat(prefix, params[i].name)));
-      RETURN_IF_ERROR(array->Upload(values->data(), values->size() * sizeof(float)));
-      list->push_back(std::move(array));
+  for (auto* list : {&weights_, &m_, &v_}) list->assign(replicas, {});
+  for (uint32_t r = 0; r < replicas; ++r) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int mesh = meshes_[r * stages + step_program_.stage_of[i]];
+      const std::vector<float> zeros(initial[i].size(), 0.0f);
+      for (auto [list, values] :
+           {std::pair{&weights_, &initial[i]}, std::pair{&m_, &zeros}, std::pair{&v_, &zeros}}) {
+        ASSIGN_OR_RETURN(TrainBackend::Handle array,
+                         backend_->Create(mesh, params[i].shape, DType::kF32, Sharding::Replicated(),
+                                          values->data(), values->size() * sizeof(float)));
+        (*list)[r].push_back(array);
+      }
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<ArrayRef> Trainer::Tokens(const std::vector<int32_t>& tokens, const std::shared_ptr<Mesh>& mesh,
-                                         uint32_t rows) const {
-  ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(mesh, {rows, options_.config.seq_len}, DType::kI32,
-                                                        Sharding::Split(0), "tokens"));
-  RETURN_IF_ERROR(array->Upload(tokens.data(), tokens.size() * sizeof(int32_t)));
-  return array;
+void Trainer::ReleaseAll(const std::vector<TrainBackend::Handle>& arrays) {
+  // A release that fails (a lost island) has nothing left to free.
+  for (TrainBackend::Handle h : arrays) backend_->Release(h).IgnoreError();
 }
 
-absl::StatusOr<std::vector<ArrayRef>> Trainer::Queue() {
+absl::StatusOr<TrainBackend::Handle> Trainer::Tokens(const std::vector<int32_t>& tokens, int mesh,
+                                                     uint32_t rows) {
+  return backend_->Create(mesh, {rows, options_.config.seq_len}, DType::kI32, Sharding::Split(0),
+                          tokens.data(), tokens.size() * sizeof(int32_t));
+}
+
+absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
   ASSIGN_OR_RETURN(TokenBatch batch, sampler_.Next());
-  const uint32_t micro = options_.layout.micro_batches;
-  const uint32_t rows = batch.batch / micro;
+  const uint32_t micro = options_.layout.micro_batches, replicas = options_.layout.replicas;
+  const int stages = static_cast<int>(options_.stages.size());
+  const uint32_t rows = batch.batch / replicas / micro;
   const uint64_t per = uint64_t{rows} * batch.seq_len;
-  std::vector<ArrayRef> inputs;
-  for (uint32_t m = 0; m < micro; ++m) {
-    const std::vector<int32_t> ids(batch.inputs.begin() + m * per, batch.inputs.begin() + (m + 1) * per);
-    const std::vector<int32_t> targets(batch.targets.begin() + m * per, batch.targets.begin() + (m + 1) * per);
-    ASSIGN_OR_RETURN(ArrayRef ids_array, Tokens(ids, meshes_.front(), rows));
-    ASSIGN_OR_RETURN(ArrayRef targets_array, Tokens(targets, meshes_.back(), rows));
-    inputs.push_back(std::move(ids_array));
-    inputs.push_back(std::move(targets_array));
-  }
   const float step = static_cast<float>(step_ + 1);
-  for (const std::shared_ptr<Mesh>& mesh : meshes_) {
-    ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(mesh, {1}, DType::kF32, Sharding::Replicated(), "step"));
-    RETURN_IF_ERROR(array->Upload(&step, sizeof(step)));
-    inputs.push_back(std::move(array));
+  using Kind = StepValue::Kind;
+  std::vector<TrainBackend::Handle> inputs;
+  std::vector<TrainBackend::Handle> fresh;  // made for this run only
+  absl::Status made = [&]() -> absl::Status {
+    for (const StepValue& value : step_program_.parameter_values) {
+      const int mesh = meshes_[value.replica * stages + value.stage];
+      TrainBackend::Handle h = 0;
+      switch (value.kind) {
+        case Kind::kIds:
+        case Kind::kTargets: {
+          // Replica r takes the batch's r-th share, micro-batch by micro-batch.
+          const std::vector<int32_t>& from = value.kind == Kind::kIds ? batch.inputs : batch.targets;
+          const uint64_t first = (uint64_t{static_cast<uint32_t>(value.replica)} * micro + value.micro) * per;
+          const std::vector<int32_t> tokens(from.begin() + first, from.begin() + first + per);
+          ASSIGN_OR_RETURN(h, Tokens(tokens, mesh, rows));
+          fresh.push_back(h);
+          break;
+        }
+        case Kind::kStep: {
+          ASSIGN_OR_RETURN(
+              h, backend_->Create(mesh, {1}, DType::kF32, Sharding::Replicated(), &step, sizeof(step)));
+          fresh.push_back(h);
+          break;
+        }
+        case Kind::kTensor:
+          h = weights_[value.replica][value.tensor];
+          break;
+        case Kind::kM:
+          h = m_[value.replica][value.tensor];
+          break;
+        case Kind::kV:
+          h = v_[value.replica][value.tensor];
+          break;
+        default:
+          return absl::InternalError("train step: an output among the parameters");
+      }
+      inputs.push_back(h);
+    }
+    return absl::OkStatus();
+  }();
+  absl::StatusOr<std::vector<TrainBackend::Handle>> run =
+      made.ok() ? backend_->Execute(train_, inputs) : absl::StatusOr<std::vector<TrainBackend::Handle>>(made);
+  ReleaseAll(fresh);
+  if (!run.ok()) return run.status();
+  if (run->size() != step_program_.output_values.size()) {
+    return absl::InternalError(
+        absl::StrCat("train step: ", run->size(), " outputs, expected ", step_program_.output_values.size()));
   }
-  for (const std::vector<ArrayRef>* list : {&weights_, &m_, &v_}) inputs.insert(inputs.end(), list->begin(), list->end());
-  ASSIGN_OR_RETURN(Execution run, client_->Execute(train_, inputs));
-  // Outputs: the losses, then the new tensors, m and v.
-  const size_t count = weights_.size();
-  if (run.outputs.size() != micro + 3 * count) {
-    return absl::InternalError(absl::StrCat("train step: ", run.outputs.size(), " outputs, expected ",
-                                            micro + 3 * count));
+  std::vector<TrainBackend::Handle> losses, replaced;
+  for (size_t o = 0; o < run->size(); ++o) {
+    const StepValue& value = step_program_.output_values[o];
+    const TrainBackend::Handle h = (*run)[o];
+    std::vector<std::vector<TrainBackend::Handle>>* list = nullptr;
+    switch (value.kind) {
+      case Kind::kLoss:
+        losses.push_back(h);
+        continue;
+      case Kind::kTensor:
+        list = &weights_;
+        break;
+      case Kind::kM:
+        list = &m_;
+        break;
+      case Kind::kV:
+        list = &v_;
+        break;
+      default:
+        replaced.push_back(h);  // nothing a trainer keeps
+        continue;
+    }
+    replaced.push_back((*list)[value.replica][value.tensor]);
+    (*list)[value.replica][value.tensor] = h;
   }
-  std::vector<ArrayRef> losses(run.outputs.begin(), run.outputs.begin() + micro);
-  for (size_t i = 0; i < count; ++i) {
-    weights_[i] = run.outputs[micro + i];
-    m_[i] = run.outputs[micro + count + i];
-    v_[i] = run.outputs[micro + 2 * count + i];
-  }
+  ReleaseAll(replaced);
   ++step_;
   return losses;
 }
 
-absl::StatusOr<double> Trainer::MeanLoss(const std::vector<ArrayRef>& losses, uint64_t tokens) const {
+absl::StatusOr<double> Trainer::MeanLoss(const std::vector<TrainBackend::Handle>& losses, uint64_t tokens) {
   double sum = 0;
-  for (const ArrayRef& loss : losses) {
-    // Where the host can read the accelerators' memory (lavapipe, unified
-    // memory), read each shard as soon as its writes are done: a download
-    // would be queued behind the step already queued after this one.
-    std::vector<bool> read(loss->shard_count(), false);
-    bool direct = true;
-    double shard_sum = 0;
-    for (int d = 0; d < loss->mesh()->size() && direct; ++d) {
-      const int j = loss->ShardIndex(d);
-      if (read[j]) continue;
-      ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, loss->shard(d));
-      if (!buffer->host_coherent() || buffer->mapped() == nullptr) {
-        direct = false;
-        break;
-      }
-      RETURN_IF_ERROR(loss->ShardReady(d).AwaitStatus());
-      const float* values = static_cast<const float*>(buffer->mapped());
-      for (uint64_t i = 0; i < loss->shard_bytes() / sizeof(float); ++i) shard_sum += values[i];
-      read[j] = true;
+  absl::Status status;
+  for (TrainBackend::Handle loss : losses) {
+    absl::StatusOr<double> s = backend_->Sum(loss);
+    if (s.ok()) {
+      sum += *s;
+    } else if (status.ok()) {
+      status = s.status();
     }
-    if (direct) {
-      sum += shard_sum;
-      continue;
-    }
-    std::vector<float> values(NumElements(loss->shape()));
-    RETURN_IF_ERROR(loss->Download(values.data(), values.size() * sizeof(float)));
-    for (float v : values) sum += v;
   }
+  ReleaseAll(losses);
+  RETURN_IF_ERROR(status);
   return sum / static_cast<double>(tokens);
 }
 
@@ -144,18 +295,27 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
   if (steps == 0) return out;
   const uint64_t tokens = uint64_t{options_.layout.batch} * options_.config.seq_len;
   absl::Time last = absl::Now();
-  ASSIGN_OR_RETURN(std::vector<ArrayRef> pending, Queue());
+  ASSIGN_OR_RETURN(std::vector<TrainBackend::Handle> pending, Queue());
   for (uint64_t i = 0; i < steps; ++i) {
     // Queue the next step before reading this one's loss.
-    std::vector<ArrayRef> next;
+    std::vector<TrainBackend::Handle> next;
     if (i + 1 < steps) {
-      ASSIGN_OR_RETURN(next, Queue());
+      absl::StatusOr<std::vector<TrainBackend::Handle>> queued = Queue();
+      if (!queued.ok()) {
+        ReleaseAll(pending);
+        return queued.status();
+      }
+      next = *std::move(queued);
     }
-    ASSIGN_OR_RETURN(double loss, MeanLoss(pending, tokens));
+    absl::StatusOr<double> loss = MeanLoss(pending, tokens);
+    if (!loss.ok()) {
+      ReleaseAll(next);
+      return loss.status();
+    }
     const absl::Time now = absl::Now();
-    out.push_back(loss);
+    out.push_back(*loss);
     if (progress) {
-      progress(StepReport{step_ - (i + 1 < steps ? 1 : 0), loss, absl::ToDoubleSeconds(now - last),
+      progress(StepReport{step_ - (i + 1 < steps ? 1 : 0), *loss, absl::ToDoubleSeconds(now - last),
                           static_cast<double>(tokens)});
     }
     last = now;
@@ -166,27 +326,47 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
 
 absl::StatusOr<double> Trainer::Evaluate() {
   const uint32_t batch = options_.layout.batch;
-  ASSIGN_OR_RETURN(std::vector<TokenBatch> batches,
-                   EvaluationBatches(corpus_.held_out(), batch, options_.config.seq_len, options_.eval_batches));
-  std::vector<ArrayRef> losses;
+  ASSIGN_OR_RETURN(
+      std::vector<TokenBatch> batches,
+      EvaluationBatches(corpus_.held_out(), batch, options_.config.seq_len, options_.eval_batches));
+  const int stages = static_cast<int>(options_.stages.size());
+  std::vector<TrainBackend::Handle> losses;
+  absl::Status status;
   for (const TokenBatch& b : batches) {
-    std::vector<ArrayRef> inputs;
-    ASSIGN_OR_RETURN(ArrayRef ids, Tokens(b.inputs, meshes_.front(), batch));
-    ASSIGN_OR_RETURN(ArrayRef targets, Tokens(b.targets, meshes_.back(), batch));
-    inputs.push_back(std::move(ids));
-    inputs.push_back(std::move(targets));
-    inputs.insert(inputs.end(), weights_.begin(), weights_.end());
-    ASSIGN_OR_RETURN(Execution run, client_->Execute(eval_, inputs));
-    losses.push_back(run.outputs.at(0));
+    std::vector<TrainBackend::Handle> inputs;
+    absl::StatusOr<TrainBackend::Handle> ids = Tokens(b.inputs, meshes_.front(), batch);
+    absl::StatusOr<TrainBackend::Handle> targets = Tokens(b.targets, meshes_[stages - 1], batch);
+    for (auto* h : {&ids, &targets}) {
+      if (h->ok()) inputs.push_back(**h);
+    }
+    if (!ids.ok() || !targets.ok()) {
+      status = ids.ok() ? targets.status() : ids.status();
+      ReleaseAll(inputs);
+      break;
+    }
+    inputs.insert(inputs.end(), weights_[0].begin(), weights_[0].end());
+    absl::StatusOr<std::vector<TrainBackend::Handle>> run = backend_->Execute(eval_, inputs);
+    ReleaseAll({*ids, *targets});
+    if (!run.ok()) {
+      status = run.status();
+      break;
+    }
+    losses.push_back(run->at(0));
+  }
+  if (!status.ok()) {
+    ReleaseAll(losses);
+    return status;
   }
   return MeanLoss(losses, uint64_t{batch} * options_.config.seq_len * batches.size());
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> Trainer::Weights() const {
+absl::StatusOr<std::vector<std::vector<float>>> Trainer::Weights(int replica) const {
+  if (replica < 0 || static_cast<size_t>(replica) >= weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: no replica ", replica, " of ", weights_.size()));
+  }
   std::vector<std::vector<float>> out;
-  for (const ArrayRef& w : weights_) {
-    std::vector<float> values(NumElements(w->shape()));
-    RETURN_IF_ERROR(w->Download(values.data(), values.size() * sizeof(float)));
+  for (TrainBackend::Handle w : weights_[replica]) {
+    ASSIGN_OR_RETURN(std::vector<float> values, backend_->Read(w));
     out.push_back(std::move(values));
   }
   return out;

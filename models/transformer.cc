@@ -56,9 +56,7 @@ struct Dims {
   AttentionShape attention() const { return {b, h, t, hd}; }
 };
 
-Dims MakeDims(const TransformerConfig& c, uint32_t batch, const Mesh& mesh) {
-  const PhysicalDeviceInfo* device =
-      mesh.size() > 0 && mesh.device(0) != nullptr ? &mesh.device(0)->info() : nullptr;
+Dims MakeDims(const TransformerConfig& c, uint32_t batch, const PhysicalDeviceInfo* device) {
   return {batch, c.seq_len, c.d_model, c.heads, c.head_dim(), c.d_ff, c.vocab, device};
 }
 
@@ -329,36 +327,42 @@ std::vector<std::pair<uint32_t, uint32_t>> StageLayers(uint32_t layers, int stag
   return out;
 }
 
-absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const TrainLayout& layout,
-                                         const std::vector<std::shared_ptr<Mesh>>& meshes,
-                                         const AdamSettings& settings) {
+absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, const TrainLayout& layout,
+                                            const std::vector<int>& stage_sizes, const AdamSettings& settings,
+                                            const PhysicalDeviceInfo* device) {
   RETURN_IF_ERROR(config.Validate());
-  const int stages = static_cast<int>(meshes.size());
+  const int stages = static_cast<int>(stage_sizes.size());
   if (stages == 0) return absl::InvalidArgumentError("train step: no meshes");
   if (static_cast<uint32_t>(stages) > config.layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("train step: ", stages, " stages for ", config.layers, " layers (at most one stage per layer)"));
   }
-  const uint32_t micro = layout.micro_batches;
-  if (micro == 0 || layout.batch == 0) {
-    return absl::InvalidArgumentError("train step: batch and micro_batches must be > 0");
+  const uint32_t micro = layout.micro_batches, replicas = layout.replicas;
+  if (micro == 0 || layout.batch == 0 || replicas == 0) {
+    return absl::InvalidArgumentError("train step: batch, micro_batches and replicas must be > 0");
   }
   for (int s = 0; s < stages; ++s) {
-    const uint64_t split = uint64_t{micro} * meshes[s]->size();
+    if (stage_sizes[s] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("train step: stage ", s, " has ", stage_sizes[s], " accelerators"));
+    }
+    const uint64_t split = uint64_t{replicas} * micro * stage_sizes[s];
     if (layout.batch % split != 0) {
       return absl::InvalidArgumentError(absl::StrCat("train step: batch ", layout.batch, " does not divide into ",
-                                                     micro, " micro-batches over stage ", s, "'s ",
-                                                     meshes[s]->size(), " accelerators"));
+                                                     replicas > 1 ? absl::StrCat(replicas, " replicas of ") : "",
+                                                     micro, " micro-batches over stage ", s, "'s ", stage_sizes[s],
+                                                     " accelerators"));
     }
   }
-  const uint32_t micro_batch = layout.batch / micro;
+  const uint32_t micro_batch = layout.batch / replicas / micro;
+  // Every replica's loss and gradients are shares of the global batch's mean.
   const float loss_scale = 1.0f / (static_cast<float>(layout.batch) * static_cast<float>(config.seq_len));
   const auto layers_of = StageLayers(config.layers, stages);
 
-  // Functions per stage (their shapes depend on the stage's mesh size).
+  // Functions per stage (their shapes depend on the stage's mesh size); the
+  // replicas share them.
   std::vector<Functions> fns(stages);
   for (int s = 0; s < stages; ++s) {
-    const Dims x = MakeDims(config, micro_batch / meshes[s]->size(), *meshes[s]);
+    const Dims x = MakeDims(config, micro_batch / stage_sizes[s], device);
     if (s == 0) {
       ASSIGN_OR_RETURN(fns[s].embed, Embed(x));
       ASSIGN_OR_RETURN(fns[s].embed_backward, EmbedBackward(x));
@@ -378,182 +382,269 @@ absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const 
     }
     return stages - 1;
   };
-  std::map<std::string, int> stage_of;
-  for (const ParameterInfo& p : params) {
+  std::map<std::string, int> stage_of, index_of;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParameterInfo& p = params[i];
     const int s = p.layer >= 0 ? stage_of_layer(p.layer) : (p.name == "tok_emb" || p.name == "pos_emb" ? 0 : stages - 1);
     stage_of[p.name] = s;
+    index_of[p.name] = static_cast<int>(i);
     step.stage_of.push_back(s);
   }
 
-  ProgramBuilder b("transformer-train");
+  ProgramDefBuilder b("transformer-train");
   const Sharding split = Sharding::Split(0), replicated = Sharding::Replicated();
-  const std::shared_ptr<Mesh>& first = meshes.front();
-  const std::shared_ptr<Mesh>& last = meshes.back();
-  for (uint32_t m = 0; m < micro; ++m) {
-    b.Parameter(absl::StrCat("ids.", m), first, {micro_batch, config.seq_len}, DType::kI32, split);
-    step.parameters.push_back(absl::StrCat("ids.", m));
-    b.Parameter(absl::StrCat("targets.", m), last, {micro_batch, config.seq_len}, DType::kI32, split);
-    step.parameters.push_back(absl::StrCat("targets.", m));
-  }
-  if (settings.update) {
+  using Kind = StepValue::Kind;
+  for (uint32_t r = 0; r < replicas; ++r) {
     for (int s = 0; s < stages; ++s) {
-      b.Parameter(absl::StrCat("step.", s), meshes[s], {1}, DType::kF32);
-      step.parameters.push_back(absl::StrCat("step.", s));
+      step.meshes.push_back(replicas == 1 ? absl::StrCat("stage", s) : absl::StrCat("r", r, ".stage", s));
+      step.mesh_sizes.push_back(stage_sizes[s]);
+      b.Mesh(step.meshes.back(), {stage_sizes[s]});
     }
   }
-  for (const ParameterInfo& p : params) {
-    b.Parameter(p.name, meshes[stage_of[p.name]], p.shape, DType::kF32);
-    step.parameters.push_back(p.name);
-  }
-  if (settings.update) {
-    for (const char* moment : {"m.", "v."}) {
-      for (const ParameterInfo& p : params) {
-        b.Parameter(absl::StrCat(moment, p.name), meshes[stage_of[p.name]], p.shape, DType::kF32);
-        step.parameters.push_back(absl::StrCat(moment, p.name));
+  // Names of replica r's values and nodes, and its meshes.
+  std::string prefix;
+  auto V = [&prefix](auto&&... parts) { return absl::StrCat(prefix, parts...); };
+  auto mesh_of = [&](uint32_t r, int s) { return step.meshes[r * stages + s]; };
+  auto parameter = [&](std::string name, int s, const Shape& shape, DType dtype, const Sharding& sharding,
+                       StepValue value) {
+    b.Parameter(name, mesh_of(value.replica, s), shape, dtype, sharding);
+    step.parameters.push_back(std::move(name));
+    step.parameter_values.push_back(value);
+  };
+  auto output = [&](std::string name, StepValue value) {
+    b.Output(name);
+    step.outputs.push_back(std::move(name));
+    step.output_values.push_back(value);
+  };
+
+  for (uint32_t r = 0; r < replicas; ++r) {
+    const int ri = static_cast<int>(r);
+    prefix = replicas == 1 ? "" : absl::StrCat("r", r, ".");
+    for (uint32_t m = 0; m < micro; ++m) {
+      parameter(V("ids.", m), 0, {micro_batch, config.seq_len}, DType::kI32, split,
+                {Kind::kIds, ri, 0, m, -1});
+      parameter(V("targets.", m), stages - 1, {micro_batch, config.seq_len}, DType::kI32, split,
+                {Kind::kTargets, ri, stages - 1, m, -1});
+    }
+    if (settings.update) {
+      for (int s = 0; s < stages; ++s) parameter(V("step.", s), s, {1}, DType::kF32, replicated, {Kind::kStep, ri, s});
+    }
+    for (const ParameterInfo& p : params) {
+      parameter(V(p.name), stage_of[p.name], p.shape, DType::kF32, replicated,
+                {Kind::kTensor, ri, stage_of[p.name], 0, index_of[p.name]});
+    }
+    if (settings.update) {
+      for (Kind kind : {Kind::kM, Kind::kV}) {
+        for (const ParameterInfo& p : params) {
+          parameter(V(kind == Kind::kM ? "m." : "v.", p.name), stage_of[p.name], p.shape, DType::kF32, replicated,
+                    {kind, ri, stage_of[p.name], 0, index_of[p.name]});
+        }
       }
     }
   }
 
   // Values of micro-batch m: activations "x.m.l" (the input of layer l),
   // saved "act.m.l.NAME", gradients "dx.m.l" and "grad.m.NAME".
-  auto x_name = [](uint32_t m, uint32_t l) { return absl::StrCat("x.", m, ".", l); };
-  auto dx_name = [](uint32_t m, uint32_t l) { return absl::StrCat("dx.", m, ".", l); };
-  auto saved = [](uint32_t m, uint32_t l) {
+  auto x_name = [&](uint32_t m, uint32_t l) { return V("x.", m, ".", l); };
+  auto dx_name = [&](uint32_t m, uint32_t l) { return V("dx.", m, ".", l); };
+  auto saved = [&](uint32_t m, uint32_t l) {
     std::vector<std::string> names;
-    for (const char* s : kSaved) names.push_back(absl::StrCat("act.", m, ".", l, ".", s));
+    for (const char* s : kSaved) names.push_back(V("act.", m, ".", l, ".", s));
     return names;
   };
-  auto grad_name = [](uint32_t m, const std::string& p) { return absl::StrCat("grad.", m, ".", p); };
+  auto grad_name = [&](uint32_t m, const std::string& p) { return V("grad.", m, ".", p); };
   const std::vector<Sharding> split_outputs(1 + kSavedCount, split);
 
-  // Forward, micro-batch by micro-batch: every stage's accelerators get
-  // their micro-batches in order and start on the next as soon as the
-  // previous is handed on (GPipe's schedule falls out of the dataflow).
-  for (uint32_t m = 0; m < micro; ++m) {
-    for (int s = 0; s < stages; ++s) {
-      if (s == 0) {
-        b.Call(absl::StrCat("embed.", m), fns[0].embed, first,
-               {absl::StrCat("ids.", m), "tok_emb", "pos_emb"}, {x_name(m, 0)}, {split});
-      }
-      for (uint32_t l = layers_of[s].first; l < layers_of[s].second; ++l) {
-        std::vector<std::string> inputs = {x_name(m, l)};
-        for (const char* t : kLayerTensors) inputs.push_back(Layer(l, t));
-        std::vector<std::string> outputs = {x_name(m, l + 1)};
-        for (std::string& a : saved(m, l)) outputs.push_back(std::move(a));
-        b.Call(absl::StrCat("forward.", m, ".", l), fns[s].layer_forward, meshes[s], std::move(inputs),
-               std::move(outputs), split_outputs);
+  // Each replica's gradients of its share of the batch, by tensor.
+  std::vector<std::map<std::string, std::string>> grad(replicas);
+  for (uint32_t r = 0; r < replicas; ++r) {
+    prefix = replicas == 1 ? "" : absl::StrCat("r", r, ".");
+    const std::string first = mesh_of(r, 0), last = mesh_of(r, stages - 1);
+    // Forward, micro-batch by micro-batch: every stage's accelerators get
+    // their micro-batches in order and start on the next as soon as the
+    // previous is handed on (GPipe's schedule falls out of the dataflow).
+    for (uint32_t m = 0; m < micro; ++m) {
+      for (int s = 0; s < stages; ++s) {
+        if (s == 0) {
+          b.Call(V("embed.", m), fns[0].embed, first, {V("ids.", m), V("tok_emb"), V("pos_emb")}, {x_name(m, 0)},
+                 {split});
+        }
+        for (uint32_t l = layers_of[s].first; l < layers_of[s].second; ++l) {
+          std::vector<std::string> inputs = {x_name(m, l)};
+          for (const char* t : kLayerTensors) inputs.push_back(V(Layer(l, t)));
+          std::vector<std::string> outputs = {x_name(m, l + 1)};
+          for (std::string& a : saved(m, l)) outputs.push_back(std::move(a));
+          b.Call(V("forward.", m, ".", l), fns[s].layer_forward, mesh_of(r, s), inputs, outputs, split_outputs);
+        }
       }
     }
-  }
-  // Backward, micro-batch by micro-batch, last stage first.
-  for (uint32_t m = 0; m < micro; ++m) {
-    b.Call(absl::StrCat("head.", m), fns[stages - 1].head, last,
-           {x_name(m, config.layers), "lnf_g", "lnf_b", "w_out", absl::StrCat("targets.", m)},
-           {absl::StrCat("loss.", m), dx_name(m, config.layers), grad_name(m, "lnf_g"), grad_name(m, "lnf_b"),
-            grad_name(m, "w_out")},
-           {split, split, replicated, replicated, replicated});
-    for (int s = stages - 1; s >= 0; --s) {
-      for (uint32_t l = layers_of[s].second; l-- > layers_of[s].first;) {
-        std::vector<std::string> inputs = {dx_name(m, l + 1), x_name(m, l)};
-        for (std::string& a : saved(m, l)) inputs.push_back(std::move(a));
-        for (const char* t : {"ln1_g", "wq", "wk", "wv", "wo", "ln2_g", "w1", "b1", "w2"}) {
-          inputs.push_back(Layer(l, t));
+    // Backward, micro-batch by micro-batch, last stage first.
+    for (uint32_t m = 0; m < micro; ++m) {
+      b.Call(V("head.", m), fns[stages - 1].head, last,
+             {x_name(m, config.layers), V("lnf_g"), V("lnf_b"), V("w_out"), V("targets.", m)},
+             {V("loss.", m), dx_name(m, config.layers), grad_name(m, "lnf_g"), grad_name(m, "lnf_b"),
+              grad_name(m, "w_out")},
+             {split, split, replicated, replicated, replicated});
+      for (int s = stages - 1; s >= 0; --s) {
+        for (uint32_t l = layers_of[s].second; l-- > layers_of[s].first;) {
+          std::vector<std::string> inputs = {dx_name(m, l + 1), x_name(m, l)};
+          for (std::string& a : saved(m, l)) inputs.push_back(std::move(a));
+          for (const char* t : {"ln1_g", "wq", "wk", "wv", "wo", "ln2_g", "w1", "b1", "w2"}) {
+            inputs.push_back(V(Layer(l, t)));
+          }
+          std::vector<std::string> outputs = {dx_name(m, l)};
+          std::vector<Sharding> shardings = {split};
+          for (const char* t : kLayerTensors) {
+            outputs.push_back(grad_name(m, Layer(l, t)));
+            shardings.push_back(replicated);
+          }
+          b.Call(V("backward.", m, ".", l), fns[s].layer_backward, mesh_of(r, s), inputs, outputs, shardings);
         }
-        std::vector<std::string> outputs = {dx_name(m, l)};
-        std::vector<Sharding> shardings = {split};
-        for (const char* t : kLayerTensors) {
-          outputs.push_back(grad_name(m, Layer(l, t)));
-          shardings.push_back(replicated);
+        if (s == 0) {
+          b.Call(V("embed_backward.", m), fns[0].embed_backward, first, {V("ids.", m), dx_name(m, 0)},
+                 {grad_name(m, "tok_emb"), grad_name(m, "pos_emb")}, {replicated, replicated});
         }
-        b.Call(absl::StrCat("backward.", m, ".", l), fns[s].layer_backward, meshes[s], std::move(inputs),
-               std::move(outputs), std::move(shardings));
-      }
-      if (s == 0) {
-        b.Call(absl::StrCat("embed_backward.", m), fns[0].embed_backward, first,
-               {absl::StrCat("ids.", m), dx_name(m, 0)}, {grad_name(m, "tok_emb"), grad_name(m, "pos_emb")},
-               {replicated, replicated});
       }
     }
-  }
-  // Gradients: summed over micro-batches, then over each stage's
-  // accelerators (their partial sums over their share of the batch).
-  std::map<std::string, std::string> grad;
-  for (const ParameterInfo& p : params) {
-    const std::shared_ptr<Mesh>& mesh = meshes[stage_of[p.name]];
-    std::string sum = grad_name(0, p.name);
-    for (uint32_t m = 1; m < micro; ++m) {
+    // Gradients: summed over micro-batches, then over each stage's
+    // accelerators (their partial sums over their share of the batch).
+    for (const ParameterInfo& p : params) {
+      const std::string mesh = mesh_of(r, stage_of[p.name]);
+      std::string sum = grad_name(0, p.name);
       ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", p.shape));
-      std::string next = m + 1 == micro ? absl::StrCat("gradsum.", p.name) : absl::StrCat("gradsum.", m, ".", p.name);
-      b.Call(absl::StrCat("accumulate.", m, ".", p.name), add, mesh, {sum, grad_name(m, p.name)}, {next},
-             {replicated});
-      sum = std::move(next);
+      for (uint32_t m = 1; m < micro; ++m) {
+        std::string next = m + 1 == micro ? V("gradsum.", p.name) : V("gradsum.", m, ".", p.name);
+        b.Call(V("accumulate.", m, ".", p.name), add, mesh, {sum, grad_name(m, p.name)}, {next}, {replicated});
+        sum = std::move(next);
+      }
+      if (stage_sizes[stage_of[p.name]] > 1) {
+        b.AllReduce(V("allreduce.", p.name), mesh, sum, V("grad.", p.name));
+        sum = V("grad.", p.name);
+      }
+      grad[r][p.name] = sum;
     }
-    if (mesh->size() > 1) {
-      b.AllReduce(absl::StrCat("allreduce.", p.name), mesh, sum, absl::StrCat("grad.", p.name));
-      sum = absl::StrCat("grad.", p.name);
+  }
+  // Across replicas: every replica adds all of them in the same order, so
+  // every replica's sum is the same bits and the weights stay identical.
+  if (replicas > 1) {
+    const std::vector<std::map<std::string, std::string>> own = grad;
+    for (uint32_t r = 0; r < replicas; ++r) {
+      prefix = absl::StrCat("r", r, ".");
+      for (const ParameterInfo& p : params) {
+        ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", p.shape));
+        std::string sum = own[0].at(p.name);
+        for (uint32_t q = 1; q < replicas; ++q) {
+          std::string next = V("total.", q, ".", p.name);
+          b.Call(V("exchange.", q, ".", p.name), add, mesh_of(r, stage_of[p.name]), {sum, own[q].at(p.name)}, {next},
+                 {replicated});
+          sum = std::move(next);
+        }
+        grad[r][p.name] = std::move(sum);
+      }
     }
-    grad[p.name] = sum;
   }
 
-  for (uint32_t m = 0; m < micro; ++m) {
-    b.Output(absl::StrCat("loss.", m));
-    step.outputs.push_back(absl::StrCat("loss.", m));
-  }
-  if (!settings.update) {
-    for (const ParameterInfo& p : params) {
-      // An output must be named by its value; a gradient that needed no sum
+  for (uint32_t r = 0; r < replicas; ++r) {
+    const int ri = static_cast<int>(r);
+    prefix = replicas == 1 ? "" : absl::StrCat("r", r, ".");
+    for (uint32_t m = 0; m < micro; ++m) output(V("loss.", m), {Kind::kLoss, ri, stages - 1, m, -1});
+    if (!settings.update) {
+      // An output is named by its value; a gradient that needed no sum
       // keeps its micro-batch name.
-      b.Output(grad[p.name]);
-      step.outputs.push_back(grad[p.name]);
+      for (const ParameterInfo& p : params) {
+        output(grad[r][p.name], {Kind::kGrad, ri, stage_of[p.name], 0, index_of[p.name]});
+      }
+      continue;
     }
-  } else {
     // Adam, one function per layer and one per stage for the rest.
     std::map<std::string, std::vector<const ParameterInfo*>> groups;
     for (const ParameterInfo& p : params) {
       groups[p.layer >= 0 ? absl::StrCat("adam.layer", p.layer) : absl::StrCat("adam.stage", stage_of[p.name])]
           .push_back(&p);
     }
-    std::map<std::string, std::string> new_value;
     for (const auto& [name, tensors] : groups) {
       const int s = stage_of[tensors.front()->name];
       ASSIGN_OR_RETURN(auto adam, Optimizer(name, tensors, settings.adam));
       std::vector<std::string> inputs, outputs;
       for (const ParameterInfo* t : tensors) {
-        for (std::string in : {t->name, grad[t->name], absl::StrCat("m.", t->name), absl::StrCat("v.", t->name)}) {
+        for (std::string in : {V(t->name), grad[r][t->name], V("m.", t->name), V("v.", t->name)}) {
           inputs.push_back(std::move(in));
         }
-        for (std::string out : {absl::StrCat(t->name, "'"), absl::StrCat("m.", t->name, "'"),
-                                absl::StrCat("v.", t->name, "'")}) {
+        for (std::string out : {V(t->name, "'"), V("m.", t->name, "'"), V("v.", t->name, "'")}) {
           outputs.push_back(std::move(out));
         }
       }
-      inputs.push_back(absl::StrCat("step.", s));
-      b.Call(name, adam, meshes[s], std::move(inputs), std::move(outputs),
-             std::vector<Sharding>(3 * tensors.size(), replicated));
+      inputs.push_back(V("step.", s));
+      b.Call(V(name), adam, mesh_of(r, s), inputs, outputs, std::vector<Sharding>(3 * tensors.size(), replicated));
     }
-    for (const char* prefix : {"", "m.", "v."}) {
+    for (Kind kind : {Kind::kTensor, Kind::kM, Kind::kV}) {
       for (const ParameterInfo& p : params) {
-        b.Output(absl::StrCat(prefix, p.name, "'"));
-        step.outputs.push_back(absl::StrCat(prefix, p.name, "'"));
+        output(V(kind == Kind::kTensor ? "" : kind == Kind::kM ? "m." : "v.", p.name, "'"),
+               {kind, ri, stage_of[p.name], 0, index_of[p.name]});
       }
     }
   }
-  ASSIGN_OR_RETURN(step.program, b.Build());
+  ASSIGN_OR_RETURN(step.def, b.Build());
   return step;
 }
 
-absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const TransformerConfig& config, uint32_t batch,
-                                                                const std::vector<std::shared_ptr<Mesh>>& meshes) {
+namespace {
+
+// The device a program over `meshes` is planned for: the first mesh's.
+const PhysicalDeviceInfo* DeviceOf(const std::vector<std::shared_ptr<Mesh>>& meshes) {
+  if (meshes.empty() || meshes.front() == nullptr || meshes.front()->size() == 0) return nullptr;
+  const Accelerator* device = meshes.front()->device(0);
+  return device != nullptr ? &device->info() : nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const TrainLayout& layout,
+                                         const std::vector<std::shared_ptr<Mesh>>& meshes,
+                                         const AdamSettings& settings) {
+  const uint32_t replicas = std::max<uint32_t>(layout.replicas, 1);
+  if (meshes.empty() || meshes.size() % replicas != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train step: ", meshes.size(), " meshes for ", replicas, " replicas"));
+  }
+  const size_t stages = meshes.size() / replicas;
+  std::vector<int> sizes;
+  for (size_t s = 0; s < stages; ++s) sizes.push_back(meshes[s]->size());
+  for (size_t i = 0; i < meshes.size(); ++i) {
+    if (meshes[i]->size() != sizes[i % stages]) {
+      return absl::InvalidArgumentError(absl::StrCat("train step: replica ", i / stages, " stage ", i % stages,
+                                                     " has ", meshes[i]->size(), " accelerators, replica 0's ",
+                                                     sizes[i % stages]));
+    }
+  }
+  ASSIGN_OR_RETURN(TrainStep step, BuildTrainStepDef(config, layout, sizes, settings, DeviceOf(meshes)));
+  absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> bound;
+  for (size_t i = 0; i < meshes.size(); ++i) bound[step.meshes[i]] = meshes[i];
+  ASSIGN_OR_RETURN(step.program, BuildProgram(step.def, bound));
+  return step;
+}
+
+absl::StatusOr<ProgramDef> BuildEvalDef(const TransformerConfig& config, uint32_t batch,
+                                        const std::vector<int>& stage_sizes, const PhysicalDeviceInfo* device) {
   RETURN_IF_ERROR(config.Validate());
-  const int stages = static_cast<int>(meshes.size());
+  const int stages = static_cast<int>(stage_sizes.size());
   if (stages == 0 || static_cast<uint32_t>(stages) > config.layers) {
     return absl::InvalidArgumentError(absl::StrCat("eval: ", stages, " stages for ", config.layers, " layers"));
   }
   const auto layers_of = StageLayers(config.layers, stages);
   const Sharding split = Sharding::Split(0);
-  ProgramBuilder b("transformer-eval");
-  b.Parameter("ids", meshes.front(), {batch, config.seq_len}, DType::kI32, split);
-  b.Parameter("targets", meshes.back(), {batch, config.seq_len}, DType::kI32, split);
+  ProgramDefBuilder b("transformer-eval");
+  std::vector<std::string> mesh(stages);
+  for (int s = 0; s < stages; ++s) {
+    if (stage_sizes[s] < 1 || batch == 0 || batch % stage_sizes[s] != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("eval: batch ", batch, " does not divide over ", stage_sizes[s], " accelerators"));
+    }
+    mesh[s] = absl::StrCat("stage", s);
+    b.Mesh(mesh[s], {stage_sizes[s]});
+  }
+  b.Parameter("ids", mesh.front(), {batch, config.seq_len}, DType::kI32, split);
+  b.Parameter("targets", mesh.back(), {batch, config.seq_len}, DType::kI32, split);
   for (const ParameterInfo& p : Parameters(config)) {
     int s = p.name == "tok_emb" || p.name == "pos_emb" ? 0 : stages - 1;
     for (int t = 0; t < stages; ++t) {
@@ -562,17 +653,13 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const Transforme
         s = t;
       }
     }
-    b.Parameter(p.name, meshes[s], p.shape, DType::kF32);
+    b.Parameter(p.name, mesh[s], p.shape, DType::kF32);
   }
   for (int s = 0; s < stages; ++s) {
-    if (batch == 0 || batch % meshes[s]->size() != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("eval: batch ", batch, " does not divide over ", meshes[s]->size(), " accelerators"));
-    }
-    const Dims x = MakeDims(config, batch / meshes[s]->size(), *meshes[s]);
+    const Dims x = MakeDims(config, batch / stage_sizes[s], device);
     if (s == 0) {
       ASSIGN_OR_RETURN(auto embed, Embed(x));
-      b.Call("embed", embed, meshes[s], {"ids", "tok_emb", "pos_emb"}, {"x.0"}, {split});
+      b.Call("embed", embed, mesh[s], {"ids", "tok_emb", "pos_emb"}, {"x.0"}, {split});
     }
     ASSIGN_OR_RETURN(auto forward, LayerForward(x, config.ln_eps));
     for (uint32_t l = layers_of[s].first; l < layers_of[s].second; ++l) {
@@ -580,17 +667,29 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const Transforme
       for (const char* t : kLayerTensors) inputs.push_back(Layer(l, t));
       std::vector<std::string> outputs = {absl::StrCat("x.", l + 1)};
       for (const char* a : kSaved) outputs.push_back(absl::StrCat("act.", l, ".", a));
-      b.Call(absl::StrCat("forward.", l), forward, meshes[s], std::move(inputs), std::move(outputs),
+      b.Call(absl::StrCat("forward.", l), forward, mesh[s], inputs, outputs,
              std::vector<Sharding>(1 + kSavedCount, split));
     }
     if (s == stages - 1) {
       ASSIGN_OR_RETURN(auto head, HeadLoss(x, config.ln_eps));
-      b.Call("head", head, meshes[s], {absl::StrCat("x.", config.layers), "lnf_g", "lnf_b", "w_out", "targets"},
+      b.Call("head", head, mesh[s], {absl::StrCat("x.", config.layers), "lnf_g", "lnf_b", "w_out", "targets"},
              {"loss"}, {split});
     }
   }
   b.Output("loss");
   return b.Build();
+}
+
+absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const TransformerConfig& config, uint32_t batch,
+                                                                const std::vector<std::shared_ptr<Mesh>>& meshes) {
+  std::vector<int> sizes;
+  absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> bound;
+  for (size_t s = 0; s < meshes.size(); ++s) {
+    sizes.push_back(meshes[s]->size());
+    bound[absl::StrCat("stage", s)] = meshes[s];
+  }
+  ASSIGN_OR_RETURN(ProgramDef def, BuildEvalDef(config, batch, sizes, DeviceOf(meshes)));
+  return BuildProgram(def, bound);
 }
 
 }  // namespace causeway::models

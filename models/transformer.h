@@ -24,6 +24,7 @@
 #include "scheduler/function.h"
 #include "scheduler/mesh.h"
 #include "scheduler/program.h"
+#include "scheduler/program_def.h"
 
 namespace causeway::models {
 
@@ -66,14 +67,20 @@ std::vector<std::vector<float>> InitialParameters(const TransformerConfig& confi
 // How a step is laid out. `batch` is the global batch (sequences per step).
 // Stages hold consecutive layers (the first also the embeddings, the last
 // the output); each stage runs on its own mesh, whose accelerators split
-// every micro-batch between them (data parallelism). So:
+// every micro-batch between them (data parallelism). Replicas repeat the
+// whole layout on meshes of their own, typically on other islands: each
+// takes batch / replicas of the sequences, and they exchange gradients
+// (over DCN when on different islands) so that every replica takes the same
+// Adam step. So:
 //   one accelerator:       1 mesh of 1
 //   data parallel (SPMD):  1 mesh of N
 //   pipeline (GPipe):      S meshes of 1, micro_batches M
-// batch must divide by micro_batches times each mesh's size.
+//   two islands:           replicas 2, each 1 mesh of N (or a pipeline)
+// batch must divide by replicas times micro_batches times each mesh's size.
 struct TrainLayout {
   uint32_t batch = 8;
   uint32_t micro_batches = 1;
+  uint32_t replicas = 1;
 };
 
 struct AdamSettings {
@@ -83,36 +90,72 @@ struct AdamSettings {
   bool update = true;
 };
 
+// What one parameter or output of a step is, for whoever feeds and reads
+// the step (a trainer): the role, and where it lives.
+struct StepValue {
+  enum class Kind {
+    kIds,      // i32 [batch / replicas / micro_batches, seq_len], split over the replica's first stage
+    kTargets,  // the same, over its last stage
+    kStep,     // f32 [1], the Adam step counting from 1, on the stage's mesh
+    kTensor,   // the model tensor `tensor` (Parameters() order), replicated on its stage's mesh
+    kM,        // its Adam moments (update) ...
+    kV,
+    kLoss,     // (output) f32 [tokens of the micro-batch], per-token cross-entropy
+    kGrad,     // (output, no update) the tensor's gradient, the mean over the global batch
+  };
+  Kind kind = Kind::kTensor;
+  int replica = 0;
+  int stage = 0;
+  uint32_t micro = 0;  // kIds, kTargets, kLoss
+  int tensor = -1;     // kTensor, kM, kV, kGrad
+};
+
 // A training-step program and the order of its parameters and outputs.
 //
-// Parameters: for each micro-batch m, "ids.m" and "targets.m" (i32 [batch /
-// micro_batches, seq_len], split over the first / last stage's mesh); then
-// "step" (f32 [1], the Adam step counting from 1, on every stage's mesh as
-// "step.s"); then every model tensor, then (update) its Adam moments
-// "m.NAME" and "v.NAME", each replicated on its stage's mesh.
-// Outputs: "loss.m" per micro-batch (f32 [tokens], the per-token
-// cross-entropy), then (update) each tensor's new value "NAME'" and moments,
-// or (no update) each tensor's gradient "grad.NAME" (the mean over the
-// global batch), in Parameters() order.
+// Parameters, replica by replica: for each micro-batch m, "ids.m" and
+// "targets.m"; then (update) "step.s" for each stage s; then every model
+// tensor, then (update) its Adam moments "m.NAME" and "v.NAME". Outputs,
+// replica by replica: "loss.m" per micro-batch, then (update) each tensor's
+// new value "NAME'" and moments, or (no update) each tensor's gradient.
+// With several replicas every name has the prefix "rR." (replica R).
 struct TrainStep {
+  // As data (to load on island servers through a controller), and built over
+  // meshes (BuildTrainStep only).
+  ProgramDef def;
   std::shared_ptr<const Program> program;
-  std::vector<std::string> parameters;
-  std::vector<std::string> outputs;
+  // The def's meshes, replica by replica, stage by stage, and their sizes.
+  std::vector<std::string> meshes;
+  std::vector<int> mesh_sizes;
+  std::vector<std::string> parameters, outputs;
+  std::vector<StepValue> parameter_values, output_values;
   // For each model tensor, the stage that holds it.
   std::vector<int> stage_of;
 };
 
-// Builds the step on `meshes` (one per stage, all of one island; stages
-// split the layers as evenly as they can, earlier stages taking the extra).
+// The step as a def over meshes of `stage_sizes` accelerators (one per
+// stage), layout.replicas times, with kernels planned for `device` (null:
+// paths that run on any device).
+absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, const TrainLayout& layout,
+                                            const std::vector<int>& stage_sizes, const AdamSettings& settings = {},
+                                            const PhysicalDeviceInfo* device = nullptr);
+
+// Builds the step on `meshes` (replicas times one per stage, replica by
+// replica; stages split the layers as evenly as they can, earlier stages
+// taking the extra), planned for the device of the first mesh.
 absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const TrainLayout& layout,
                                          const std::vector<std::shared_ptr<Mesh>>& meshes,
                                          const AdamSettings& settings = {});
 
-// A forward-only program for evaluation, laid out like the training step
-// (stages on `meshes`, each splitting the batch over its accelerators):
-// parameters "ids", "targets" (i32 [batch, seq_len], on the first / last
-// mesh), then every model tensor on its stage's mesh; output "loss" (f32
-// [batch * seq_len], per token).
+// A forward-only program for evaluation as a def, laid out like one replica
+// of the training step (meshes "stage0", "stage1", ... of `stage_sizes`,
+// each splitting the batch over its accelerators): parameters "ids",
+// "targets" (i32 [batch, seq_len], on the first / last mesh), then every
+// model tensor on its stage's mesh; output "loss" (f32 [batch * seq_len],
+// per token).
+absl::StatusOr<ProgramDef> BuildEvalDef(const TransformerConfig& config, uint32_t batch,
+                                        const std::vector<int>& stage_sizes,
+                                        const PhysicalDeviceInfo* device = nullptr);
+// The same built on `meshes` (one per stage).
 absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const TransformerConfig& config, uint32_t batch,
                                                                 const std::vector<std::shared_ptr<Mesh>>& meshes);
 

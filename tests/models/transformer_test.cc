@@ -9,9 +9,11 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/text_data.h"
@@ -283,12 +285,15 @@ TEST_F(TransformerTest, GradientMatchesFiniteDifferences) {
 struct TrainRun {
   std::vector<double> losses;
   std::vector<std::vector<float>> weights;
+  // Every other replica's weights, which must be the same bits.
+  std::vector<std::vector<std::vector<float>>> other_replicas;
 };
-TrainRun TrainTiny(Client* client, const TextCorpus& corpus, std::vector<int> stages, uint32_t micro, int steps) {
+TrainRun TrainTiny(Client* client, const TextCorpus& corpus, std::vector<int> stages, uint32_t micro, int steps,
+                   uint32_t replicas = 1) {
   TrainOptions options;
   options.config = Tiny(0);
   options.config.layers = 4;
-  options.layout = TrainLayout{8, micro};
+  options.layout = TrainLayout{8, micro, replicas};
   options.stages = std::move(stages);
   options.adam.lr = 3e-3f;
   auto trainer = Trainer::Create(client, corpus, options);
@@ -299,7 +304,13 @@ TrainRun TrainTiny(Client* client, const TextCorpus& corpus, std::vector<int> st
   auto weights = (*trainer)->Weights();
   EXPECT_OK(weights.status());
   if (!losses.ok() || !weights.ok()) return {};
-  return {*losses, *weights};
+  TrainRun run{*losses, *weights, {}};
+  for (uint32_t r = 1; r < replicas; ++r) {
+    auto other = (*trainer)->Weights(static_cast<int>(r));
+    EXPECT_OK(other.status());
+    if (other.ok()) run.other_replicas.push_back(*std::move(other));
+  }
+  return run;
 }
 
 void ExpectSameTrajectory(const TrainRun& want, const TrainRun& got) {
@@ -336,6 +347,46 @@ TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
   ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1, 1, 1}, 4, 6));
   // Both at once: two stages of two accelerators.
   ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2, 2}, 2, 6));
+}
+
+// Tests that replicas of the layout on meshes of their own (each with its
+// share of the batch, gradients exchanged inside the step) follow one
+// accelerator, and that every replica holds the same weights bit for bit.
+TEST_F(TransformerTest, ReplicasFollowOneAccelerator) {
+  Start(4);
+  ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
+  ASSERT_EQ(one.losses.size(), 6u);
+  for (auto [stages, micro, replicas] : {std::tuple{std::vector<int>{1}, 1u, 2u}, std::tuple{std::vector<int>{2}, 1u, 2u},
+                                         std::tuple{std::vector<int>{1, 1}, 2u, 2u},
+                                         std::tuple{std::vector<int>{1}, 1u, 4u}}) {
+    SCOPED_TRACE(absl::StrCat(replicas, " replicas of stages {", absl::StrJoin(stages, ", "), "}, ", micro,
+                              " micro-batches"));
+    const TrainRun got = TrainTiny(client_.get(), corpus, stages, micro, 6, replicas);
+    ExpectSameTrajectory(one, got);
+    ASSERT_EQ(got.other_replicas.size(), replicas - 1);
+    for (const auto& other : got.other_replicas) {
+      ASSERT_EQ(other.size(), got.weights.size());
+      for (size_t i = 0; i < other.size(); ++i) EXPECT_EQ(other[i], got.weights[i]) << "tensor " << i;
+    }
+  }
+}
+
+// Tests that the step as data (a ProgramDef, as island servers load it)
+// survives the text format and builds the same program again.
+TEST_F(TransformerTest, StepDefRoundTripsThroughText) {
+  Start(2);
+  TrainLayout layout{8, 2, 2};
+  ASSERT_OK_AND_ASSIGN(TrainStep step, BuildTrainStepDef(Tiny(10), layout, {1}, {}, &rt_->accelerator(0)->info()));
+  EXPECT_EQ(step.meshes, (std::vector<std::string>{"r0.stage0", "r1.stage0"}));
+  EXPECT_EQ(step.parameters.size(), step.parameter_values.size());
+  EXPECT_EQ(step.outputs.size(), step.output_values.size());
+  ASSERT_OK_AND_ASSIGN(ProgramDef parsed, ParseProgramDefText(ProgramDefToText(step.def), "step.txt"));
+  EXPECT_EQ(parsed.SerializeAsString(), step.def.SerializeAsString());
+  ASSERT_OK_AND_ASSIGN(auto a, client_->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto b, client_->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto program, BuildProgram(parsed, {{"r0.stage0", a}, {"r1.stage0", b}}));
+  EXPECT_EQ(program->parameters().size(), step.parameters.size());
 }
 
 // Tests that the loss falls clearly on the shipped corpus in a short run,
@@ -386,6 +437,13 @@ TEST_F(TransformerTest, RefusesBadConfigurations) {
   TransformerConfig two = Tiny(10);
   EXPECT_ERROR(BuildTrainStep(two, TrainLayout{4, 1}, {a, b, d}), absl::StatusCode::kInvalidArgument,
                "3 stages for 2 layers");
+  ASSERT_OK_AND_ASSIGN(auto e, client_->AllocateMesh({1}));
+  EXPECT_ERROR(BuildTrainStep(Tiny(10), TrainLayout{6, 1, 4}, {a, b, d, e}), absl::StatusCode::kInvalidArgument,
+               "batch 6 does not divide into 4 replicas of 1 micro-batches over stage 0's 1 accelerators");
+  EXPECT_ERROR(BuildTrainStep(Tiny(10), TrainLayout{8, 1, 2}, {a, b, d}), absl::StatusCode::kInvalidArgument,
+               "3 meshes for 2 replicas");
+  EXPECT_ERROR(BuildTrainStep(Tiny(10), TrainLayout{8, 1, 2}, {a, mesh}), absl::StatusCode::kInvalidArgument,
+               "replica 1 stage 0 has 2 accelerators, replica 0's 1");
 }
 
 }  // namespace
