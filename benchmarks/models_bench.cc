@@ -1,18 +1,24 @@
 // Training throughput of the benchmark language model (models/) in the
 // layouts of the Pathways paper's Table 2, all on the same accelerators and
 // global batch: SPMD data parallelism over all of them (the baseline), and
-// GPipe-style pipelines of S stages with M micro-batches.
+// GPipe-style pipelines of S stages with M micro-batches; then the same SPMD
+// step on island server processes through a controller, as one island of
+// all the accelerators (the baseline of this pair) against two islands of
+// half each, data parallel across them over DCN (loopback).
 //
 // Each layout trains `--steps` steps after 2 warm-up steps (programs built,
 // pipelines compiled); a sample is one step's wall time from the trainer's
 // progress reports (steps are queued one ahead, so this is the steady-state
 // rate), and tokens/s is the global batch's tokens over the median step.
 //
-//   causeway_models_bench [--steps=9] [--accelerators=4] [--quick] [--json=FILE]
+//   causeway_models_bench [--steps=9] [--accelerators=4] [--no-islands] [--quick] [--json=FILE]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -21,9 +27,12 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "models/remote_backend.h"
 #include "models/trainer.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
+#include "transport/controller.h"
+#include "transport/island_process.h"
 
 namespace causeway {
 namespace {
@@ -35,7 +44,25 @@ struct Layout {
   std::string name;   // as in the table
   std::vector<int> stages;
   uint32_t micro_batches;
+  int islands = 0;    // 0: in this process; else island processes, one replica each
 };
+
+// The step time samples of `steps` steps after 2 warm-up steps, and the
+// last loss.
+std::pair<std::vector<double>, double> TimeSteps(models::Trainer& trainer, int steps) {
+  Must(trainer.Train(2), "warm-up");
+  std::vector<double> seconds;
+  auto losses = Must(trainer.Train(steps, [&](const models::StepReport& r) { seconds.push_back(r.seconds); }),
+                     "Train");
+  return {seconds, losses.back()};
+}
+
+std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators) {
+  const char* cli = std::getenv("CAUSEWAY_CLI");
+  return Must(transport::IslandProcess::Start(cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name,
+                                              {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+              "start an island");
+}
 
 int Main(int argc, char** argv) {
   const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
@@ -54,11 +81,14 @@ int Main(int argc, char** argv) {
     config.seq_len = 16;
     batch = 16;
   }
-  const char* usage = "usage: %s [--steps=9] [--accelerators=4] [--quick] [--json=FILE]\n";
+  bool islands = true;
+  const char* usage = "usage: %s [--steps=9] [--accelerators=4] [--no-islands] [--quick] [--json=FILE]\n";
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (absl::ConsumePrefix(&a, "--steps=")) {
       if (!absl::SimpleAtoi(a, &steps) || steps < 1) return std::fprintf(stderr, usage, argv[0]), 2;
+    } else if (a == "--no-islands") {
+      islands = false;
     } else if (absl::ConsumePrefix(&a, "--accelerators=")) {
       if (!absl::SimpleAtoi(a, &accelerators) || accelerators < 4 || accelerators % 4 != 0) {
         std::fprintf(stderr, "--accelerators must be a multiple of 4\n");
@@ -85,36 +115,57 @@ int Main(int argc, char** argv) {
                                  {"pipeline S=4 M=8", std::vector<int>(4, n / 4), 8},
                                  {"pipeline S=4 M=16", std::vector<int>(4, n / 4), 16}};
   if (common.quick) layouts = {layouts[0], {"pipeline S=2 M=8", std::vector<int>(2, n / 2), 8}};
+  if (islands) {
+    layouts.push_back({"SPMD, 1 island", {n}, 1, 1});
+    layouts.push_back({"SPMD, 2 islands", {n / 2}, 1, 2});
+  }
   std::printf("model: %u layers, d_model %u, %u heads, d_ff %u, context %u; global batch %u; %d accelerators (%s)\n",
               config.layers, config.d_model, config.heads, config.d_ff, config.seq_len, batch, n,
               rt->accelerator(0)->info().name.c_str());
   std::printf("%-20s %12s %10s %12s\n", "layout", "tokens/s", "vs SPMD", "final loss");
   bench::Report report("models");
-  double spmd = 0;
+  double spmd = 0, one_island = 0;
   for (const Layout& layout : layouts) {
     models::TrainOptions o;
     o.config = config;
-    o.layout = models::TrainLayout{batch, layout.micro_batches};
+    o.layout = models::TrainLayout{batch, layout.micro_batches, static_cast<uint32_t>(std::max(layout.islands, 1))};
     o.stages = layout.stages;
-    auto trainer = Must(models::Trainer::Create(client.get(), corpus, o), "Trainer::Create");
-    Must(trainer->Train(2), "warm-up");
     std::vector<double> seconds;
-    auto losses = Must(trainer->Train(steps, [&](const models::StepReport& r) { seconds.push_back(r.seconds); }),
-                       "Train");
+    double loss = 0;
+    if (layout.islands == 0) {
+      auto trainer = Must(models::Trainer::Create(client.get(), corpus, o), "Trainer::Create");
+      std::tie(seconds, loss) = TimeSteps(*trainer, steps);
+    } else {
+      std::vector<std::unique_ptr<transport::IslandProcess>> processes;
+      std::vector<std::string> addresses;
+      for (int i = 0; i < layout.islands; ++i) {
+        processes.push_back(StartIsland(absl::StrCat("island-", i), n / layout.islands));
+        addresses.push_back(processes.back()->address());
+      }
+      auto controller = Must(transport::Controller::Connect(addresses), "Controller::Connect");
+      auto backend = Must(models::RemoteBackend::Create(controller.get()), "RemoteBackend::Create");
+      auto trainer = Must(models::Trainer::Create(std::move(backend), corpus, o), "Trainer::Create");
+      std::tie(seconds, loss) = TimeSteps(*trainer, steps);
+    }
     const double tokens = static_cast<double>(batch) * config.seq_len;
     const double rate = tokens / Median(seconds);
     if (layout.name == "SPMD") spmd = rate;
-    std::printf("%-20s %12.0f %10.3f %12.4f\n", layout.name.c_str(), rate, rate / spmd, losses.back());
+    if (layout.islands == 1) one_island = rate;
+    // Islands against one island; the rest against SPMD in this process.
+    const double base = layout.islands > 0 ? one_island : spmd;
+    std::printf("%-20s %12.0f %10.3f %12.4f\n", layout.name.c_str(), rate, rate / spmd, loss);
+    if (layout.islands > 1) std::printf("%-20s %12s %10.3f (vs 1 island)\n", "", "", rate / one_island);
     std::fflush(stdout);
     report.Add("train", layout.name, "tokens/s")
         .Value(rate)
-        .Baseline("SPMD", spmd)
+        .Baseline(layout.islands > 0 ? "SPMD, 1 island" : "SPMD", base)
         .Samples(steps)
         .Param("stages", static_cast<double>(layout.stages.size()))
         .Param("micro_batches", layout.micro_batches)
         .Param("accelerators", n)
         .Param("batch", batch)
-        .Extra("final_loss", losses.back());
+        .Param("islands", layout.islands)
+        .Extra("final_loss", loss);
   }
   std::printf("tokens/s: global batch tokens over the median step time of %d steps (after 2 warm-up steps).\n",
               steps);

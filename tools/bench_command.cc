@@ -90,7 +90,7 @@ const Suite kSuites[] = {
      "island processes: transfers against plain TCP; a program over two islands against one"},
     {"matmul", "causeway_matmul_bench", "--runs", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
     {"models", "causeway_models_bench", "--steps",
-     "the language model's training tokens/s: SPMD against GPipe pipelines (Pathways' Table 2)"},
+     "the language model's training tokens/s: SPMD against GPipe pipelines and two islands (Pathways' Table 2)"},
 };
 
 // A plot of one group of a suite's results. Bars (x_param empty): one

@@ -14,13 +14,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "models/remote_backend.h"
 #include "models/trainer.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/trace_analysis.h"
+#include "transport/auth.h"
+#include "transport/controller.h"
+#include "transport/island_process.h"
 
 namespace causeway::cli {
 namespace {
@@ -74,6 +79,11 @@ int TrainCommand(const std::vector<std::string>& args) {
   specs.push_back({"seed", "initial weights and batch order", "1"});
   specs.push_back({"eval-batches", "held-out batches for the final evaluation", "8"});
   specs.push_back({"trace-steps", "trace this many of the last steps into --trace FILE (0: none)", "5"});
+  specs.push_back({"islands", "data parallel across this many islands: island server processes started here, "
+                              "each with accelerators / islands (1: all in this process)", "1"});
+  specs.push_back({"connect", "data parallel across running island servers (HOST:PORT,...; see causeway island)",
+                   ""});
+  specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
     std::fprintf(stderr, "causeway train: %s\n", std::string(s.message()).c_str());
@@ -106,7 +116,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::vector<IntFlag> ints = {{"steps", 1, 1000000},      {"stages", 1, 64},    {"micro-batches", 1, 1024},
                                {"batch", 1, 65536},        {"seq-len", 1, 4096}, {"layers", 1, 256},
                                {"d-model", 1, 8192},       {"heads", 1, 1024},   {"d-ff", 1, 65536},
-                               {"eval-batches", 1, 10000}, {"seed", 0, INT64_MAX}, {"trace-steps", 0, 1000000}};
+                               {"eval-batches", 1, 10000}, {"seed", 0, INT64_MAX}, {"trace-steps", 0, 1000000},
+                               {"islands", 1, 64}};
   for (IntFlag& f : ints) {
     auto v = flags.Int(f.name);
     if (!v.ok()) return fail(v.status(), 2);
@@ -130,14 +141,6 @@ int TrainCommand(const std::vector<std::string>& args) {
 
   auto corpus = models::TextCorpus::Load(corpus_path);
   if (!corpus.ok()) return fail(corpus.status(), 1);
-  auto rt = Runtime::Create(*runtime_options);
-  if (!rt.ok()) return fail(rt.status(), 1);
-  auto stages = Stages(layout, static_cast<int>((*rt)->size()), static_cast<int>(get("stages")));
-  if (!stages.ok()) return fail(stages.status(), 2);
-  auto island = Island::Create(rt->get());
-  if (!island.ok()) return fail(island.status(), 1);
-  auto client = (*island)->Connect("train");
-  if (!client.ok()) return fail(client.status(), 1);
 
   models::TrainOptions options;
   options.config.d_model = static_cast<uint32_t>(get("d-model"));
@@ -147,27 +150,105 @@ int TrainCommand(const std::vector<std::string>& args) {
   options.config.seq_len = static_cast<uint32_t>(get("seq-len"));
   options.layout.batch = static_cast<uint32_t>(get("batch"));
   options.layout.micro_batches = layout == "pipeline" ? static_cast<uint32_t>(get("micro-batches")) : 1;
-  options.stages = *stages;
   options.adam.lr = static_cast<float>(lr);
   options.seed = static_cast<uint64_t>(get("seed"));
   options.eval_batches = static_cast<uint32_t>(get("eval-batches"));
-  auto trainer = models::Trainer::Create(client->get(), *corpus, options);
-  if (!trainer.ok()) return fail(trainer.status(), 1);
-  const models::TrainOptions& o = (*trainer)->options();
+
+  // Where it runs: this process's accelerators, or islands (started here or
+  // running elsewhere), one replica of the layout on each.
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Island> island;
+  std::shared_ptr<Client> client;
+  std::vector<std::unique_ptr<transport::IslandProcess>> processes;
+  std::unique_ptr<transport::Controller> controller;
+  std::unique_ptr<models::Trainer> trainer;
+  std::string where;
+  const int islands = static_cast<int>(get("islands"));
+  if (islands > 1 && flags.Has("connect")) {
+    return fail(absl::InvalidArgumentError("--islands and --connect do not go together"), 2);
+  }
+  if (islands > 1 || flags.Has("connect")) {
+    std::vector<std::string> addresses;
+    if (flags.Has("connect")) {
+      addresses = absl::StrSplit(flags.Get("connect"), ',', absl::SkipEmpty());
+      if (addresses.empty()) return fail(absl::InvalidArgumentError("--connect names no island"), 2);
+    } else {
+      if (runtime_options->accelerators % islands != 0) {
+        return fail(absl::InvalidArgumentError(absl::StrCat("--islands ", islands, " must divide the ",
+                                                            runtime_options->accelerators, " accelerators")),
+                    2);
+      }
+      std::vector<std::string> island_args = {
+          absl::StrCat("--accelerators=", runtime_options->accelerators / islands)};
+      if (!runtime_options->device.empty()) island_args.push_back(absl::StrCat("--device=", runtime_options->device));
+      if (runtime_options->validation) island_args.push_back("--validation");
+      for (int i = 0; i < islands; ++i) {
+        auto p = transport::IslandProcess::Start("/proc/self/exe", absl::StrCat("island-", i), island_args);
+        if (!p.ok()) return fail(p.status(), 1);
+        addresses.push_back((*p)->address());
+        processes.push_back(*std::move(p));
+      }
+    }
+    transport::ControllerOptions controller_options;
+    controller_options.name = "train";
+    if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
+      auto secret = transport::Secret::FromFile(flags.Get("secret-file"));
+      if (!secret.ok()) return fail(secret.status(), 2);
+      controller_options.secret = *std::move(secret);
+    } else if (auto secret = transport::Secret::FromEnvironment(); secret.ok()) {
+      controller_options.secret = *std::move(secret);
+    }
+    auto connected = transport::Controller::Connect(addresses, controller_options);
+    if (!connected.ok()) return fail(connected.status(), 1);
+    controller = *std::move(connected);
+    auto backend = models::RemoteBackend::Create(controller.get());
+    if (!backend.ok()) return fail(backend.status(), 1);
+    auto description = controller->Describe(0);
+    if (!description.ok()) return fail(description.status(), 1);
+    auto stages = Stages(layout, description->accelerators, static_cast<int>(get("stages")));
+    if (!stages.ok()) return fail(stages.status(), 2);
+    options.stages = *stages;
+    options.layout.replicas = static_cast<uint32_t>(controller->island_count());
+    where = absl::StrCat(controller->island_count(), " islands (", absl::StrJoin((*backend)->islands(), ", "),
+                         ") of ", description->accelerators, " accelerator", description->accelerators == 1 ? "" : "s",
+                         " each, ", layout, " (", absl::StrJoin(options.stages, " + "), ") in each; ",
+                         description->device.name);
+    auto made = models::Trainer::Create(*std::move(backend), *corpus, options);
+    if (!made.ok()) return fail(made.status(), 1);
+    trainer = *std::move(made);
+  } else {
+    auto made_rt = Runtime::Create(*runtime_options);
+    if (!made_rt.ok()) return fail(made_rt.status(), 1);
+    rt = *std::move(made_rt);
+    auto stages = Stages(layout, static_cast<int>(rt->size()), static_cast<int>(get("stages")));
+    if (!stages.ok()) return fail(stages.status(), 2);
+    auto made_island = Island::Create(rt.get());
+    if (!made_island.ok()) return fail(made_island.status(), 1);
+    island = *std::move(made_island);
+    auto made_client = island->Connect("train");
+    if (!made_client.ok()) return fail(made_client.status(), 1);
+    client = *std::move(made_client);
+    options.stages = *stages;
+    where = absl::StrCat(layout, " on ", rt->size(), " accelerator", rt->size() == 1 ? "" : "s", " (",
+                         absl::StrJoin(options.stages, " + "), ") of ", rt->plan().device->name);
+    auto made = models::Trainer::Create(client.get(), *corpus, options);
+    if (!made.ok()) return fail(made.status(), 1);
+    trainer = *std::move(made);
+  }
+  const models::TrainOptions& o = trainer->options();
   std::printf("causeway train: %s, %zu characters (%d distinct), %.0f%% held out\n", corpus_path.c_str(),
               static_cast<size_t>(corpus->bytes()), corpus->vocab().size(),
               100.0 * static_cast<double>(corpus->held_out().size()) / static_cast<double>(corpus->bytes()));
   std::printf("model: %u layers, d_model %u, %u heads, d_ff %u, context %u: %s parameters\n", o.config.layers,
               o.config.d_model, o.config.heads, o.config.d_ff, o.config.seq_len,
               absl::StrFormat("%.2fM", static_cast<double>(o.config.ParameterCount()) / 1e6).c_str());
-  std::string stage_text = absl::StrJoin(o.stages, " + ");
-  std::printf("layout: %s on %zu accelerator%s (%s) of %s; batch %u%s\n", layout.c_str(), (*rt)->size(),
-              (*rt)->size() == 1 ? "" : "s",
-              stage_text.c_str(), (*rt)->plan().device->name.c_str(), o.layout.batch,
+  std::printf("layout: %s; batch %u%s\n", where.c_str(), o.layout.batch,
               layout == "pipeline" ? absl::StrCat(" in ", o.layout.micro_batches, " micro-batches").c_str() : "");
 
   const uint64_t steps = static_cast<uint64_t>(get("steps"));
-  const uint64_t traced = std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
+  // Island processes trace on their own (causeway island --trace).
+  const uint64_t traced =
+      controller != nullptr ? 0 : std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
   const bool tty = isatty(STDOUT_FILENO);
   std::vector<double> rates, losses;
   auto progress = [&](const models::StepReport& r) {
@@ -186,17 +267,17 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
   };
   const absl::Time start = absl::Now();
-  auto run = (*trainer)->Train(steps - traced, progress);
+  auto run = trainer->Train(steps - traced, progress);
   if (!run.ok()) return fail(run.status(), 1);
   if (traced > 0) {
     auto session = TraceSession::Start(trace_path);
     if (!session.ok()) return fail(session.status(), 1);
-    run = (*trainer)->Train(traced, progress);
+    run = trainer->Train(traced, progress);
     if (!run.ok()) return fail(run.status(), 1);
     if (absl::Status s = (*session)->Finish(); !s.ok()) return fail(s, 1);
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  auto held_out = (*trainer)->Evaluate();
+  auto held_out = trainer->Evaluate();
   if (!held_out.ok()) return fail(held_out.status(), 1);
 
   const size_t tail = std::min<size_t>(10, losses.size());
@@ -210,7 +291,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::printf("  held-out loss     %.4f (%u batches of %u)\n", *held_out, o.eval_batches, o.layout.batch);
   std::printf("  tokens/s          %.0f (median over %zu untraced steps; %llu steps in %.1f s)\n", rate, rates.size(),
               static_cast<unsigned long long>(steps), seconds);
-  if (traced > 0) {
+  if (controller != nullptr) {
+    std::printf("  utilization       not collected: the accelerators are in the island processes\n");
+  } else if (traced > 0) {
     auto parsed = ReadTraceFile(trace_path);
     if (!parsed.ok()) return fail(parsed.status(), 1);
     const TraceSummary summary = Summarize(*parsed);
