@@ -1,6 +1,7 @@
 #include "transport/island_process.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
   std::vector<std::string> env_strings = env;
   int out[2];
   if (pipe(out) != 0) return absl::InternalError("pipe failed");
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     close(out[0]);
@@ -33,6 +35,9 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
     return absl::ResourceExhaustedError("fork failed");
   }
   if (pid == 0) {
+    // An island must not outlive a parent that crashed or was killed (its
+    // destructor never ran): it dies with the thread that started it.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);

@@ -14,7 +14,10 @@
 
 namespace causeway::transport {
 
-// Move-only; the destructor kills the process (SIGKILL) and reaps it.
+// Move-only; the destructor kills the process (SIGKILL) and reaps it. The
+// process is also killed when the thread that started it ends (or the whole
+// parent dies, a crash included: PR_SET_PDEATHSIG), so start islands from a
+// thread that lives as long as they should.
 class IslandProcess {
  public:
   // Runs `binary island --listen=127.0.0.1:0 --name=NAME ARGS...` with

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -440,6 +441,44 @@ TEST(IslandServerTest, ChainedRunsUseAndReleaseOutputsNotYetMade) {
   EXPECT_EQ(got, want);
   // A released id is gone.
   EXPECT_ERROR(c->Release(runs[0].outputs[0]), absl::StatusCode::kNotFound, "no array");
+}
+
+// Tests that an island does not outlive a parent killed before it could stop
+// it (a crashed test or tool): the island dies with it.
+TEST(IslandServerTest, IslandDiesWithAKilledParent) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    close(fds[0]);
+    auto island = IslandProcess::Start(CAUSEWAY_CLI, "orphan", {"--device=cpu", "--accelerators=1"});
+    const pid_t pid = island.ok() ? (*island)->pid() : -1;
+    if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
+    pause();  // until killed
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t island = -1;
+  ASSERT_EQ(read(fds[0], &island, sizeof(island)), static_cast<ssize_t>(sizeof(island)));
+  close(fds[0]);
+  ASSERT_GT(island, 0);
+  ASSERT_EQ(kill(parent, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(parent, &status, 0), parent);
+  // Gone, or a zombie left for init to reap.
+  auto alive = [island] {
+    std::FILE* f = std::fopen(absl::StrCat("/proc/", island, "/stat").c_str(), "r");
+    if (f == nullptr) return false;
+    char state = '?';
+    const int read = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+    std::fclose(f);
+    return read == 1 && state != 'Z' && state != 'X';
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (alive() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(alive()) << "island " << island << " outlived its killed parent";
+  if (alive()) kill(island, SIGKILL);
 }
 
 // Tests that garbage sent to an island (random bytes, an oversized frame)
