@@ -53,7 +53,8 @@ absl::StatusOr<std::shared_ptr<Mesh>> ResourceManager::Allocate(ClientId client,
   // Least-loaded first, then by index, so meshes spread over the island.
   std::vector<int> order(accelerators_.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return load_[a] < load_[b]; });
+  const std::vector<int> load = load_;  // a copy: the analysis does not follow the lock into the lambda
+  std::stable_sort(order.begin(), order.end(), [&load](int a, int b) { return load[a] < load[b]; });
   std::vector<Accelerator*> devices;
   std::vector<int> chosen(order.begin(), order.begin() + size);
   std::sort(chosen.begin(), chosen.end());

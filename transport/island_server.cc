@@ -469,9 +469,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         const Execute& ex = in.execute();
         const uint64_t program_id = ex.program(), tag = ex.tag();
         auto p = programs_.find(program_id);
+        const Executable* known = p != programs_.end() ? p->second.exe.get() : nullptr;
         auto refuse = [&](absl::Status why) {
           // A notification's error is not answered: it comes back as the run's.
-          if (p != programs_.end()) FailSends(*p->second.exe, tag, why);
+          if (known != nullptr) FailSends(*known, tag, why);
           outbox_->Push([this, program_id, tag, why] { ReportRun(program_id, tag, why); });
           return why;
         };
