@@ -139,12 +139,13 @@ struct GemmParams {
 static_assert(sizeof(GemmParams) == 60);
 
 // The kernel's blocks per path (shaders/gemm.comp): kSubgroupLanes groups of
-// kGemmLanes invocations compute kGemmLaneRows x 32 of C; kSharedTiles groups
+// kGemmLanes invocations compute kGemmLaneRows x kGemmLaneCols of C (fixed in
+// the shader, which ignores constants 3 and 4 there); kSharedTiles groups
 // of kGemmTileGroup invocations 64 x 64; kInvocationBlocks groups of
 // kGemmWidth invocations kGemmRows x kGemmWidth.
 constexpr uint32_t kGemmLanes = 8;
-constexpr uint32_t kGemmLaneRows = 8;
-constexpr uint32_t kGemmLaneCols = 32;
+constexpr uint32_t kGemmLaneRows = 16;
+constexpr uint32_t kGemmLaneCols = 128;
 constexpr uint32_t kGemmTileGroup = 256;
 constexpr uint32_t kGemmTile = 64;
 constexpr uint32_t kGemmWidth = 64;
@@ -153,6 +154,7 @@ constexpr uint32_t kGemmRows = 16;
 constexpr uint32_t kGemmVec4Spec = 6;
 constexpr uint32_t kGemmVec4A = 1;
 constexpr uint32_t kGemmVec4B = 2;
+constexpr uint32_t kGemmVec4C = 4;
 
 const char* GemmPathName(GemmPath path) {
   switch (path) {
@@ -275,10 +277,14 @@ absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOp
     vec4 |= kGemmVec4B;
   }
   // The lanes path reads whole quads of A's rows (transposed) and of B's
-  // columns (not transposed), which must not straddle M or N.
+  // columns (not transposed) and writes whole quads of C's columns, which
+  // must not straddle M or N.
   if (path == GemmPath::kSubgroupLanes) {
     if (o.transpose_a && m % 4 != 0) vec4 &= ~kGemmVec4A;
     if (!o.transpose_b && n % 4 != 0) vec4 &= ~kGemmVec4B;
+    if (n % 4 == 0 && params.ldc % 4 == 0 && params.stride_c % 4 == 0 && params.c_offset % 4 == 0) {
+      vec4 |= kGemmVec4C;
+    }
   }
 
   uint32_t width = kGemmWidth, rows = kGemmRows, cols = 1, per_x = kGemmWidth, per_y = kGemmRows;
@@ -324,6 +330,7 @@ absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, con
     if (id != kGemmVec4Spec) continue;
     if (a.offset % 16 != 0) value &= ~kGemmVec4A;
     if (b.offset % 16 != 0) value &= ~kGemmVec4B;
+    if (c.offset % 16 != 0) value &= ~kGemmVec4C;
   }
   return Record(list, plan, {a, b, c});
 }

@@ -50,10 +50,11 @@ absl::Status Matmul(CommandList& list, const BufferArg& a, const BufferArg& b, c
 
 // How the `gemm` kernel divides the work (shaders/gemm.comp, constant 5).
 enum class GemmPath : uint32_t {
-  // One subgroup of 8 per group; each value of A and B is read once per
-  // group and A's are passed between lanes by subgroup broadcasts. Fastest
-  // on CPU drivers (lavapipe), where each invocation is a SIMD lane and a
-  // read is a loop over the lanes. Needs a subgroup size of 8.
+  // One 8-wide SIMD vector per group, each lane 16 x 16 outputs of a
+  // 16 x 128 block, reading A and B as vec4 and sharing nothing between
+  // lanes. Fastest on CPU drivers (lavapipe), where each invocation is a
+  // SIMD lane and each component of a read is a loop over the lanes. Needs a
+  // subgroup size of 8 (the SIMD width it is tuned for).
   kSubgroupLanes = 0,
   // Tiles of A and B in shared memory, 256 invocations of 4 x 4 outputs per
   // group, for GPUs. Needs maxComputeWorkGroupInvocations >= 256.

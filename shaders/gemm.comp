@@ -23,27 +23,33 @@
 // Specialization:    constant 0 = workgroup size x = WG (see the paths)
 //                    constant 1 = transpose A (0 or 1, default 0)
 //                    constant 2 = transpose B (0 or 1, default 0)
-//                    constant 3 = rows of C per group or invocation R (paths)
+//                    constant 3 = rows of C per invocation R (path 2)
 //                    constant 4 = columns of C per invocation S (path 2)
 //                    constant 5 = the path (default 0, below)
-//                    constant 6 = vec4 reads: bit 0 for A, bit 1 for B
+//                    constant 6 = vec4 accesses: bit 0 for A, bit 1 for B,
+//                                 bit 2 for C (path 0)
 //
 // Every path clamps or zero-fills out-of-range rows, columns and k for
 // loading and stores only in-range elements of C, so any M, N, K >= 0 work
 // (K = 0 gives beta * C). beta == 0 never reads C, which may hold anything
-// (NaN included). The module uses subgroupBroadcast (subgroup ballot).
+// (NaN included).
 //
-// Path 0, subgroup lanes (for CPU drivers; WG = subgroup size = 8, R a
-// multiple of 4 up to 16, the host uses 8). A group is one subgroup and
-// computes an R x 32 block of C: lane l owns the four columns col0 + 4l .. + 3
-// of its R rows. On a CPU driver every invocation is a SIMD lane and a memory
-// read inside a loop is a scalar loop over the lanes, whatever its address,
-// so the path reads each value of the block's A and B once per group, four
-// floats per read: per 8 k, lane l reads four values of A per 4 rows (row
-// l % 4 at k0 + 4 (l / 4) .. + 3, or, transposed, four rows at k0 + l) and
-// its four columns of B at each k, and the lanes pass A's values to each
-// other with subgroupBroadcast, a register shuffle. The last K % 8 are read
-// singly. Dispatch (ceil(N / 32), ceil(M / R), batch).
+// Path 0, subgroup lanes (for CPU drivers; WG = 8, constants 3 and 4
+// unused).
+// A group computes a 16 x 128 block of C (kLaneRows x 32 kLaneSets below):
+// lane l owns columns col0 + 32s + 4l .. + 3 (s < 4) of all 16 rows, 64
+// vec4 accumulators. On lavapipe each invocation is a lane of one 8-wide SIMD
+// vector, and every component of every storage-buffer read (or
+// subgroupBroadcast) is a loop over the 8 lanes costing ~3 cycles per lane,
+// against a fraction of a cycle per 8-wide FMA: the path therefore reads
+// the fewest components per FMA it can without spilling beyond reason and
+// shares nothing between lanes (a broadcast costs as much as a read). Per 4
+// k every lane reads the block's 16 rows of A as 16 vec4 (the same
+// addresses in every lane: k0 .. + 3 of a row, or, transposed, four rows at
+// one k) and its own 16 columns of B as 16 vec4, then does 1024 FMAs. The
+// last K % 4 are read singly. C is written row by row in a loop (unrolled,
+// its reads and writes would take seconds to compile), as vec4 with bit 2.
+// Dispatch (ceil(N / 128), ceil(M / 16), batch).
 //
 // Path 1, shared tiles (for GPUs; WG = 256). A group computes a 64 x 64
 // block of C: per 16 k its 256 invocations each read a run of four
@@ -59,16 +65,18 @@
 // group) and B's S values itself. Dispatch (ceil(N / (WG * S)),
 // ceil(M / R), batch).
 //
-// Constant 6, bit 0 (bit 1 likewise for B) may be set when A's binding
-// offset is a multiple of 16 bytes and lda, stride_a and a_offset are
-// multiples of 4; path 0 also needs M % 4 == 0 when A is transposed (N % 4
-// == 0 when B is not), path 2 ignores it when A is transposed and for B.
+// Constant 6, bit 0 (bit 1 likewise for B, bit 2 for C) may be set when A's
+// binding offset is a multiple of 16 bytes and lda, stride_a and a_offset
+// are multiples of 4; path 0 also needs M % 4 == 0 when A is transposed (N %
+// 4 == 0 when B is not, and for C), path 2 ignores it when A is transposed
+// and for B, paths 1 and 2 for C.
 //
 // groups_z = batch (<= maxComputeWorkGroupCount[2]). Skip the dispatch when
 // M, N or batch is 0.
 #version 450
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_ballot : require
+// [[unroll]]: loops over fixed sizes unroll at build time (spirv-opt), so
+// that path 0's arrays are indexed by constants and live in registers.
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x = 64, local_size_x_id = 0) in;
 
@@ -84,6 +92,7 @@ const uint kSharedTiles = 1;
 const uint kInvocationBlocks = 2;
 const uint kVec4A = 1;
 const uint kVec4B = 2;
+const uint kVec4C = 4;
 
 layout(set = 0, binding = 0, std430) readonly buffer A { float a[]; };
 // The same buffers as vec4s, for constant 6.
@@ -91,6 +100,7 @@ layout(set = 0, binding = 0, std430) readonly buffer A4 { vec4 a4[]; };
 layout(set = 0, binding = 1, std430) readonly buffer B { float b[]; };
 layout(set = 0, binding = 1, std430) readonly buffer B4 { vec4 b4[]; };
 layout(set = 0, binding = 2, std430) buffer C { float c[]; };
+layout(set = 0, binding = 2, std430) buffer C4 { vec4 c4[]; };
 
 layout(push_constant) uniform Params {
   uint M;
@@ -204,105 +214,145 @@ void InvocationBlocks() {
   }
 }
 
-// Path 0: op(A) at row 4g + i (i < 4) of the block and k0 + kk (kk < 8),
-// broadcast from the lane that read it into av (= av[g]).
-#define A_AT(av, i, kk) \
-  (kTransposeA != 0 ? subgroupBroadcast(av[i], kk) : subgroupBroadcast(av[(kk) & 3], (i) + 4 * ((kk) >> 2)))
-// Rows 4g .. 4g + 3 of the block at k0 + kk, for quads g < kQuads (the
-// modulo keeps indices in range when a quad is folded away).
-#define FMA_Q(g, kk)                                                                                \
-  if (kQuads > g) {                                                                                 \
-    acc[(4 * g + 0) % kRows] = fma(vec4(A_AT(av[g % kQuads], 0, kk)), bv[kk], acc[(4 * g + 0) % kRows]); \
-    acc[(4 * g + 1) % kRows] = fma(vec4(A_AT(av[g % kQuads], 1, kk)), bv[kk], acc[(4 * g + 1) % kRows]); \
-    acc[(4 * g + 2) % kRows] = fma(vec4(A_AT(av[g % kQuads], 2, kk)), bv[kk], acc[(4 * g + 2) % kRows]); \
-    acc[(4 * g + 3) % kRows] = fma(vec4(A_AT(av[g % kQuads], 3, kk)), bv[kk], acc[(4 * g + 3) % kRows]); \
-  }
-#define FMA_K(kk) LOAD_B(kk) FMA_Q(0, kk) FMA_Q(1, kk) FMA_Q(2, kk) FMA_Q(3, kk)
-
-const uint kQuads = kRows >= 4 ? kRows / 4 : 1;
-
-// Not transposed, B's row k0 + kk is read just before its use, so that
-// fewer values are live at once.
-#define LOAD_B(kk)                                                                   \
-  if (kTransposeB == 0) {                                                            \
-    const uint at = b_base + (k0 + kk) * p.ldb;                                      \
-    bv[kk] = LoadB4((kVec4 & kVec4B) != 0, at + b_col4, uvec4(at) + b_cols);         \
-  }
+// Path 0's block: kLaneRows x 32 kLaneSets of C per group (fixed here
+// rather than by constants 3 and 4: the loops below must unroll at build
+// time so that every array index is a constant). Measured on lavapipe, 16 x
+// 128 is the fastest that compiles in about a second: 32 x 128 runs no
+// faster, 8 x 128 and 16 x 64 run 25-30% slower, and each doubling of the
+// block about triples the compile time.
+const uint kLaneRows = 16;
+const uint kLaneSets = 4;
+const uint kLaneQuads = kLaneRows / 4;
 
 void SubgroupLanes() {
-  const uint l = gl_SubgroupInvocationID;
+  const uint l = gl_LocalInvocationID.x;
   const uint batch = gl_WorkGroupID.z;
-  const uint row0 = gl_WorkGroupID.y * kRows;
-  // This lane's four columns of C.
-  const uint col = gl_WorkGroupID.x * 32 + 4 * l;
+  const uint row0 = gl_WorkGroupID.y * kLaneRows;
+  // This lane's columns of C: col[s] .. + 3 for s < kLaneSets.
+  uint col[kLaneSets];
+  [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+    col[s] = gl_WorkGroupID.x * 32 * kLaneSets + 32 * s + 4 * l;
+  }
   const uint a_base = p.a_offset + batch * p.stride_a;
   const uint b_base = p.b_offset + batch * p.stride_b;
   const uvec4 q = uvec4(0, 1, 2, 3);
-  // The rows of A this lane reads (clamped), and its columns of B.
-  uint a_row[kQuads];
-  uvec4 a_rows[kQuads];
-  for (uint g = 0; g < kQuads; ++g) {
-    a_row[g] = min(row0 + 4 * g + (l & 3), p.M - 1);
+  const bool vec4_a = (kVec4 & kVec4A) != 0;
+  const bool vec4_b = (kVec4 & kVec4B) != 0;
+  // The block's rows of A by quads, clamped (the same in every lane).
+  uvec4 a_rows[kLaneQuads];
+  [[unroll]] for (uint g = 0; g < kLaneQuads; ++g) {
     a_rows[g] = min(uvec4(row0 + 4 * g) + q, uvec4(p.M - 1));
   }
-  const uvec4 b_cols = min(uvec4(col) + q, uvec4(p.N - 1));
-  // With vec4 B (not transposed) N % 4 == 0: a block of four columns is in
-  // range or wholly out, and an out one reads the last block instead.
-  const uint b_col4 = min(col, p.N - 4);
+  // This lane's columns of B, clamped; with vec4 B (not transposed) N % 4
+  // == 0, so a quad is wholly in range or out, and an out one reads the last.
+  uvec4 b_cols[kLaneSets];
+  uint b_col4[kLaneSets];
+  [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+    b_cols[s] = min(uvec4(col[s]) + q, uvec4(p.N - 1));
+    b_col4[s] = min(col[s], p.N - 4);
+  }
 
-  vec4 acc[kRows];
-  for (uint i = 0; i < kRows; ++i) {
-    acc[i] = vec4(0.0);
+  vec4 acc[kLaneRows][kLaneSets];
+  [[unroll]] for (uint i = 0; i < kLaneRows; ++i) {
+    [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+      acc[i][s] = vec4(0.0);
+    }
   }
   uint k0 = 0;
-  for (; k0 + 8 <= p.K; k0 += 8) {
-    // Lane l reads four A values: not transposed, row l % 4 at
-    // k0 + 4 * (l / 4) .. + 3; transposed, rows row0 .. row0 + 3 at k0 + l.
-    vec4 av[kQuads];
-    for (uint g = 0; g < kQuads; ++g) {
-      if (kTransposeA != 0) {
-        const uint at = a_base + (k0 + l) * p.lda;
-        // With vec4 A M % 4 == 0: a quad past M reads the last one instead.
-        av[g] = LoadA4((kVec4 & kVec4A) != 0, at + min(row0 + 4 * g, p.M - 4), uvec4(at) + a_rows[g]);
+  for (; k0 + 4 <= p.K; k0 += 4) {
+    // B at k0 + kk for this lane's columns.
+    vec4 bv[4][kLaneSets];
+    [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+      if (kTransposeB != 0) {
+        [[unroll]] for (uint j = 0; j < 4; ++j) {
+          const uint at = b_base + b_cols[s][j] * p.ldb + k0;
+          const vec4 t = LoadB4(vec4_b, at, uvec4(at) + q);
+          [[unroll]] for (uint kk = 0; kk < 4; ++kk) {
+            bv[kk][s][j] = t[kk];
+          }
+        }
       } else {
-        const uint at = a_base + a_row[g] * p.lda + k0 + 4 * (l >> 2);
-        av[g] = LoadA4((kVec4 & kVec4A) != 0, at, uvec4(at) + q);
+        [[unroll]] for (uint kk = 0; kk < 4; ++kk) {
+          const uint at = b_base + (k0 + kk) * p.ldb;
+          bv[kk][s] = LoadB4(vec4_b, at + b_col4[s], uvec4(at) + b_cols[s]);
+        }
       }
     }
-    // B at k0 + kk for this lane's four columns.
-    vec4 bv[8];
-    if (kTransposeB != 0) {
-      vec4 t[8];
-      for (uint j = 0; j < 4; ++j) {
-        const uint at = b_base + b_cols[j] * p.ldb + k0;
-        t[j] = LoadB4((kVec4 & kVec4B) != 0, at, uvec4(at) + q);
-        t[j + 4] = LoadB4((kVec4 & kVec4B) != 0, at + 4, uvec4(at + 4) + q);
+    [[unroll]] for (uint g = 0; g < kLaneQuads; ++g) {
+      // Rows 4g + r at k0 .. k0 + 3, read alike by every lane.
+      vec4 av[4];
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        if (kTransposeA != 0) {
+          const uint at = a_base + (k0 + j) * p.lda;
+          // With vec4 A M % 4 == 0: a quad past M reads the last one instead.
+          const vec4 t = LoadA4(vec4_a, at + min(row0 + 4 * g, p.M - 4), uvec4(at) + a_rows[g]);
+          [[unroll]] for (uint r = 0; r < 4; ++r) {
+            av[r][j] = t[r];
+          }
+        } else {
+          const uint at = a_base + a_rows[g][j] * p.lda + k0;
+          av[j] = LoadA4(vec4_a, at, uvec4(at) + q);
+        }
       }
-      for (uint kk = 0; kk < 8; ++kk) {
-        bv[kk] = vec4(t[kk & 4][kk & 3], t[(kk & 4) + 1][kk & 3], t[(kk & 4) + 2][kk & 3], t[(kk & 4) + 3][kk & 3]);
+      [[unroll]] for (uint r = 0; r < 4; ++r) {
+        [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+          [[unroll]] for (uint kk = 0; kk < 4; ++kk) {
+            acc[4 * g + r][s] = fma(vec4(av[r][kk]), bv[kk][s], acc[4 * g + r][s]);
+          }
+        }
       }
     }
-    FMA_K(0) FMA_K(1) FMA_K(2) FMA_K(3) FMA_K(4) FMA_K(5) FMA_K(6) FMA_K(7)
   }
-  // The last K % 8: lane l reads row l % 4's value at k, a scalar.
+  // The last K % 4, one k at a time.
   for (uint k = k0; k < p.K; ++k) {
-    vec4 bk;
-    for (uint j = 0; j < 4; ++j) {
-      bk[j] = b[b_base + (kTransposeB != 0 ? b_cols[j] * p.ldb + k : k * p.ldb + b_cols[j])];
+    vec4 bk[kLaneSets];
+    [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        bk[s][j] = b[b_base + (kTransposeB != 0 ? b_cols[s][j] * p.ldb + k : k * p.ldb + b_cols[s][j])];
+      }
     }
-    for (uint g = 0; g < kQuads; ++g) {
-      const float ak = a[a_base + (kTransposeA != 0 ? k * p.lda + a_row[g] : a_row[g] * p.lda + k)];
-      acc[4 * g] = fma(vec4(subgroupBroadcast(ak, 0)), bk, acc[4 * g]);
-      acc[4 * g + 1] = fma(vec4(subgroupBroadcast(ak, 1)), bk, acc[4 * g + 1]);
-      acc[4 * g + 2] = fma(vec4(subgroupBroadcast(ak, 2)), bk, acc[4 * g + 2]);
-      acc[4 * g + 3] = fma(vec4(subgroupBroadcast(ak, 3)), bk, acc[4 * g + 3]);
+    [[unroll]] for (uint g = 0; g < kLaneQuads; ++g) {
+      [[unroll]] for (uint r = 0; r < 4; ++r) {
+        const uint row = a_rows[g][r];
+        const float ak = a[a_base + (kTransposeA != 0 ? k * p.lda + row : row * p.lda + k)];
+        [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+          acc[4 * g + r][s] = fma(vec4(ak), bk[s], acc[4 * g + r][s]);
+        }
+      }
     }
   }
 
+  // alpha * acc, indexed by a loop over the rows below: unrolled, the
+  // stores (each a loop over the lanes) would take seconds to compile.
+  vec4 scaled[kLaneRows][kLaneSets];
+  [[unroll]] for (uint i = 0; i < kLaneRows; ++i) {
+    [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+      scaled[i][s] = p.alpha * acc[i][s];
+    }
+  }
   const uint c_base = p.c_offset + batch * p.stride_c;
-  for (uint i = 0; i < kRows; ++i) {
-    for (uint j = 0; j < 4; ++j) {
-      Store(c_base, row0 + i, col + j, acc[i][j]);
+  const uint rows = min(kLaneRows, p.M - row0);
+  [[dont_unroll]] for (uint i = 0; i < rows; ++i) {
+    const uint row_at = c_base + (row0 + i) * p.ldc;
+    [[unroll]] for (uint s = 0; s < kLaneSets; ++s) {
+      vec4 v = scaled[i][s];
+      if ((kVec4 & kVec4C) != 0) {
+        // N % 4 == 0: the quad is wholly in range or out.
+        if (col[s] < p.N) {
+          const uint at = (row_at + col[s]) / 4;
+          if (p.beta != 0.0) v = fma(vec4(p.beta), c4[at], v);
+          c4[at] = v;
+        }
+      } else {
+        [[unroll]] for (uint j = 0; j < 4; ++j) {
+          if (col[s] + j < p.N) {
+            const uint at = row_at + col[s] + j;
+            float value = v[j];
+            if (p.beta != 0.0) value = fma(p.beta, c[at], value);
+            c[at] = value;
+          }
+        }
+      }
     }
   }
 }

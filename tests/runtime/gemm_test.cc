@@ -42,9 +42,12 @@ struct Shape {
   uint32_t m, n, k;
 };
 // Sizes that are multiples of nothing, a tile exactly, and larger than one.
-// {12, 20, 24}: M and N multiples of 4 but not of the lanes path's 8 x 32.
-constexpr Shape kShapes[] = {{1, 1, 1},    {3, 5, 7},    {17, 65, 33},   {130, 1, 129},
-                             {12, 20, 24}, {64, 64, 64}, {256, 128, 200}};
+// {12, 20, 24}: M and N multiples of 4 but not of the lanes path's 16 x 128;
+// {33, 132, 10}: three of its row blocks, the last with one row, two column
+// blocks, the second all but one quad past N (N % 4 == 0: vec4 B and C),
+// and K % 4 == 2 left after its 4-k steps.
+constexpr Shape kShapes[] = {{1, 1, 1},    {3, 5, 7},    {17, 65, 33},    {130, 1, 129},
+                             {12, 20, 24}, {64, 64, 64}, {256, 128, 200}, {33, 132, 10}};
 
 std::string Name(const Shape& s) { return absl::StrCat(s.m, "x", s.n, "x", s.k); }
 
@@ -250,6 +253,24 @@ TEST_P(GemmTest, LeadingDimensionsAndOffsets) {
     o.a_offset = 8;
     o.beta = 1.0f;
     Check(s, o);
+  }
+}
+
+// Tests C with a leading dimension and an offset that keep its rows' quads
+// aligned (the lanes path writes, and with beta != 0 reads, them as vec4),
+// batched, and with beta = 0 over NaN.
+TEST_P(GemmTest, AlignedCWithLeadingDimensionAndOffset) {
+  for (const Shape& s : {Shape{33, 132, 10}, Shape{64, 64, 64}}) {
+    SCOPED_TRACE(Name(s));
+    ops::GemmOptions o;
+    o.ldc = s.n + 4;
+    o.c_offset = 8;
+    o.beta = 0.5f;
+    o.batch = 2;
+    Check(s, o);
+    o.beta = 0.0f;
+    o.transpose_a = true;
+    Check(s, o, CInit::kNaN);
   }
 }
 
