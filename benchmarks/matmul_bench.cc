@@ -6,7 +6,9 @@
 //   matmul: ops::Matmul (shaders/matmul.comp), the older kernel, one
 //           dispatch per product (a batch is `batch` dispatches).
 //   OpenBLAS: cblas_sgemm on as many threads as the machine has cores (the
-//           cores lavapipe runs on), one call per product.
+//           cores lavapipe runs on), one call per product, with the kernels
+//           for the CPU's vector width (see main: OpenBLAS 0.3.21 mistakes
+//           some CPUs for SSE3 ones).
 //
 // Each sample runs `reps` products back to back (so that one sample does at
 // least ~1 GFLOP: small shapes are not dominated by submission cost) and
@@ -18,6 +20,7 @@
 // --quick: 2 runs of two small shapes (seconds, for tests); --json: the
 // figures as a list of results (bench_report.h).
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -214,6 +217,21 @@ int Main(int argc, char** argv) {
 }  // namespace causeway
 
 int main(int argc, char** argv) {
+  // A baseline at its best: OpenBLAS 0.3.21 (Debian 12) does not recognise
+  // some recent CPUs and falls back to its SSE3 (Prescott) kernels, at a
+  // quarter of its speed on an AVX-512 machine. Unless the user chose a core
+  // type, run again with the one the CPU's features call for (OpenBLAS reads
+  // OPENBLAS_CORETYPE when it loads, before main).
+  const char* core = openblas_get_corename();
+  const bool generic = core != nullptr && (std::string(core) == "Prescott" || std::string(core) == "Core2" ||
+                                           std::string(core) == "Nehalem");
+  if (generic && std::getenv("OPENBLAS_CORETYPE") == nullptr &&
+      (__builtin_cpu_supports("avx512f") || __builtin_cpu_supports("avx2"))) {
+    setenv("OPENBLAS_CORETYPE", __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell", 1);
+    execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "matmul_bench: could not run again with OPENBLAS_CORETYPE=%s\n",
+                 std::getenv("OPENBLAS_CORETYPE"));
+  }
   // Debian's abseil is built with mutex deadlock detection on, which walks a
   // lock graph on every lock; the test suite keeps it, tools turn it off.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
