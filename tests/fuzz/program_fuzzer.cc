@@ -16,17 +16,13 @@
 #include "google/protobuf/stubs/logging.h"
 #include "scheduler/program_def.h"
 #include "scheduler/split.h"
+#include "tests/fuzz/fuzz_require.h"
 #include "tools/program_file.h"
 
 namespace causeway {
 namespace {
 
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "program_fuzzer: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool condition, const char* what) { fuzz::Require(condition, "program_fuzzer", what); }
 
 void FuzzOne(absl::string_view text) {
   // Relative paths in the file resolve against a directory that does not

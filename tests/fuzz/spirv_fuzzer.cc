@@ -17,16 +17,12 @@
 #include "absl/strings/string_view.h"
 #include "runtime/kernel.h"
 #include "runtime/spirv_reflect.h"
+#include "tests/fuzz/fuzz_require.h"
 
 namespace causeway {
 namespace {
 
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "spirv_fuzzer: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool condition, const char* what) { fuzz::Require(condition, "spirv_fuzzer", what); }
 
 void CheckReflection(const KernelReflection& r) {
   for (size_t i = 1; i < r.bindings.size(); ++i) {
@@ -35,7 +31,8 @@ void CheckReflection(const KernelReflection& r) {
             "bindings are not sorted by (set, binding), each once");
   }
   for (size_t i = 1; i < r.spec_constants.size(); ++i) {
-    Require(r.spec_constants[i - 1].id < r.spec_constants[i].id, "specialization constants are not sorted, each once");
+    Require(r.spec_constants[i - 1].id < r.spec_constants[i].id,
+            "specialization constants are not sorted, each once");
   }
 }
 
@@ -52,7 +49,8 @@ void FuzzOne(const uint8_t* data, size_t size) {
   Require(reflected.ok(), "a kernel was accepted whose words do not reflect");
   const KernelReflection& r = (*kernel)->reflection();
   CheckReflection(r);
-  Require(r.bindings.size() == reflected->bindings.size() && r.push_constant_size == reflected->push_constant_size &&
+  Require(r.bindings.size() == reflected->bindings.size() &&
+              r.push_constant_size == reflected->push_constant_size &&
               r.local_size == reflected->local_size && r.entry_point == reflected->entry_point,
           "a kernel reflects differently from its words");
   absl::StatusOr<std::shared_ptr<const Kernel>> again = Kernel::FromSpirvBytes("fuzz", bytes);

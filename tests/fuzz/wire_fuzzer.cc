@@ -15,18 +15,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tests/fuzz/fuzz_require.h"
 #include "transport/frame.h"
 #include "transport/handshake.h"
 
 namespace causeway::transport {
 namespace {
 
-void Require(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "wire_fuzzer: %s\n", what);
-    std::abort();
-  }
-}
+void Require(bool condition, const char* what) { fuzz::Require(condition, "wire_fuzzer", what); }
 
 std::vector<uint8_t> Bytes(std::vector<uint8_t> bytes) { return bytes; }
 std::vector<uint8_t> Bytes(absl::StatusOr<std::vector<uint8_t>> bytes) {
