@@ -80,6 +80,11 @@ TEST(SecurityTest, AControllerIsHeldToTheIslandsBudget) {
   ASSERT_NE(island, nullptr);
   ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({island->address()}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, c->AllocateMesh(0, {1}));
+  // A release takes effect on the island's worker, after what was asked for
+  // before it; a fetch, which runs there too, then tells when it has.
+  ASSERT_OK_AND_ASSIGN(RemoteArray marker, c->CreateArray(mesh, {4}, DType::kF32));
+  const float ones[4] = {1, 1, 1, 1};
+  ASSERT_OK(c->Upload(marker, ones, sizeof(ones)));
   std::vector<RemoteArray> held;
   absl::Status refused;
   for (int i = 0; i < 8 && refused.ok(); ++i) {  // 8 x 16 MiB against 64 MiB
@@ -93,6 +98,8 @@ TEST(SecurityTest, AControllerIsHeldToTheIslandsBudget) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_LE(held.size(), 4u);
   for (const RemoteArray& a : held) ASSERT_OK(c->Release(a));
+  float back_marker[4] = {};
+  ASSERT_OK(c->Download(marker, back_marker, sizeof(back_marker), absl::Now() + kDeadline));
   // What was given back can be taken again, and used.
   ASSERT_OK_AND_ASSIGN(RemoteArray x, c->CreateArray(mesh, {4 << 20}, DType::kF32));
   std::vector<float> values(4 << 20, 3.0f), back(4 << 20);
