@@ -132,4 +132,15 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   return o;
 }
 
+absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& flags) {
+  if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
+    ASSIGN_OR_RETURN(transport::Secret secret, transport::Secret::FromFile(flags.Get("secret-file")));
+    return secret;
+  }
+  absl::StatusOr<transport::Secret> secret = transport::Secret::FromEnvironment();
+  if (secret.ok()) return *std::move(secret);
+  if (absl::IsNotFound(secret.status())) return std::nullopt;
+  return secret.status();
+}
+
 }  // namespace causeway::cli

@@ -5,12 +5,14 @@
 #define CAUSEWAY_TOOLS_FLAGS_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
+#include "transport/auth.h"
 
 namespace causeway::cli {
 
@@ -47,6 +49,11 @@ class Flags {
 // The flags every command that makes accelerators takes.
 std::vector<FlagSpec> RuntimeFlagSpecs();
 absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags);
+
+// The shared secret of a command that takes --secret-file: the file if the
+// flag is given, else CAUSEWAY_SECRET if set, else none. A file or variable
+// that does not hold a usable secret is an error (transport/auth.h says why).
+absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& flags);
 
 }  // namespace causeway::cli
 

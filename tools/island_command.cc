@@ -27,7 +27,6 @@ namespace {
 using ::causeway::transport::IslandRegistry;
 using ::causeway::transport::IslandServer;
 using ::causeway::transport::IslandServerOptions;
-using ::causeway::transport::Secret;
 
 constexpr char kUsage[] =
     "usage: causeway island [--listen HOST:PORT] [--name NAME] [--secret-file FILE]\n"
@@ -74,15 +73,9 @@ int IslandCommand(const std::vector<std::string>& args) {
   options.listen = flags.Get("listen");
   options.connection.peer_timeout = absl::Milliseconds(*timeout_ms);
   options.connection.heartbeat_interval = std::min(absl::Seconds(1), options.connection.peer_timeout / 5);
-  if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
-    auto secret = Secret::FromFile(flags.Get("secret-file"));
-    if (!secret.ok()) return fail(secret.status(), 2);
-    options.secret = *std::move(secret);
-  } else if (auto secret = Secret::FromEnvironment(); secret.ok()) {
-    options.secret = *std::move(secret);
-  } else if (!absl::IsNotFound(secret.status())) {
-    return fail(secret.status(), 2);
-  }
+  auto secret = SecretFromFlags(flags);
+  if (!secret.ok()) return fail(secret.status(), 2);
+  options.secret = *std::move(secret);
 
   transport::LaunchFlags launch_flags;
   if (flags.Has("coordinator")) launch_flags.coordinator = flags.Get("coordinator");

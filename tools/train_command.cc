@@ -23,7 +23,6 @@
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/trace_analysis.h"
-#include "transport/auth.h"
 #include "transport/controller.h"
 #include "transport/island_process.h"
 
@@ -191,13 +190,9 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     transport::ControllerOptions controller_options;
     controller_options.name = "train";
-    if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
-      auto secret = transport::Secret::FromFile(flags.Get("secret-file"));
-      if (!secret.ok()) return fail(secret.status(), 2);
-      controller_options.secret = *std::move(secret);
-    } else if (auto secret = transport::Secret::FromEnvironment(); secret.ok()) {
-      controller_options.secret = *std::move(secret);
-    }
+    auto secret = SecretFromFlags(flags);
+    if (!secret.ok()) return fail(secret.status(), 2);
+    controller_options.secret = *std::move(secret);
     auto connected = transport::Controller::Connect(addresses, controller_options);
     if (!connected.ok()) return fail(connected.status(), 1);
     controller = *std::move(connected);
