@@ -455,6 +455,15 @@ absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, con
   auto grad_name = [&](uint32_t m, const std::string& p) { return V("grad.", m, ".", p); };
   const std::vector<Sharding> split_outputs(1 + kSavedCount, split);
 
+  // One "add" per tensor shape, shared by every sum of gradients (the def
+  // then holds each once).
+  std::map<Shape, std::shared_ptr<const Function>> adds;
+  auto add_of = [&adds](const Shape& shape) -> absl::StatusOr<std::shared_ptr<const Function>> {
+    auto it = adds.find(shape);
+    if (it != adds.end()) return it->second;
+    ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", shape));
+    return adds.emplace(shape, std::move(add)).first->second;
+  };
   // Each replica's gradients of its share of the batch, by tensor.
   std::vector<std::map<std::string, std::string>> grad(replicas);
   for (uint32_t r = 0; r < replicas; ++r) {
@@ -511,7 +520,7 @@ absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, con
     for (const ParameterInfo& p : params) {
       const std::string mesh = mesh_of(r, stage_of[p.name]);
       std::string sum = grad_name(0, p.name);
-      ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", p.shape));
+      ASSIGN_OR_RETURN(auto add, add_of(p.shape));
       for (uint32_t m = 1; m < micro; ++m) {
         std::string next = m + 1 == micro ? V("gradsum.", p.name) : V("gradsum.", m, ".", p.name);
         b.Call(V("accumulate.", m, ".", p.name), add, mesh, {sum, grad_name(m, p.name)}, {next}, {replicated});
@@ -531,7 +540,7 @@ absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, con
     for (uint32_t r = 0; r < replicas; ++r) {
       prefix = absl::StrCat("r", r, ".");
       for (const ParameterInfo& p : params) {
-        ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", p.shape));
+        ASSIGN_OR_RETURN(auto add, add_of(p.shape));
         std::string sum = own[0].at(p.name);
         for (uint32_t q = 1; q < replicas; ++q) {
           std::string next = V("total.", q, ".", p.name);
