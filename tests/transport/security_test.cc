@@ -172,7 +172,8 @@ class Tap {
         seen_.append(buf, static_cast<size_t>(n));
       }
       for (ssize_t off = 0; off < n;) {
-        const ssize_t w = write(to, buf + off, static_cast<size_t>(n - off));
+        // send, not write: a closed peer must not raise SIGPIPE in the test.
+        const ssize_t w = send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
         if (w <= 0) return;
         off += w;
       }
