@@ -569,6 +569,9 @@ void CloseOneOfTwoClients(bool while_in_execute) {
 
   std::atomic<int> a_done{0}, b_submitted{0};
   std::atomic<bool> stop_b{false}, b_ready_to_close{false}, b_closed{false}, stop_a{false};
+  // A pauses, with nothing in flight, while memory is measured: A's own
+  // arrays in flight then cannot move the figures.
+  std::atomic<bool> pause_a{false}, a_paused{false};
   int a_done_after_close = 0;
   int b_unfinished = 0;  // b's runs still going when b closed
   absl::Status b_refusal;
@@ -589,6 +592,12 @@ void CloseOneOfTwoClients(bool while_in_execute) {
       if (b_closed.load()) ++a_done_after_close;
     };
     for (int r = 0; !stop_a.load() && r < 5000; ++r) {
+      if (pause_a.load()) {
+        while (!window.empty()) check_oldest();
+        a_paused.store(true);
+        while (pause_a.load() && !stop_a.load()) absl::SleepFor(absl::Microseconds(100));
+        a_paused.store(false);
+      }
       std::vector<float> xh = reference::RandomFloats(32 * 32, 1000 + r);
       auto xa = chain_a.NewInput(*a, xh);
       ASSERT_TRUE(xa.ok()) << xa.status();
@@ -619,6 +628,21 @@ void CloseOneOfTwoClients(bool while_in_execute) {
       b_ready_to_close.store(true);
     }
   };
+  // Memory in use with A drained; with `flush`, also once the devices have
+  // given back what was released. (Not before B closes: B's last runs must
+  // still be on the devices then.)
+  auto measure_with_a_paused = [&](bool flush) -> uint64_t {
+    pause_a.store(true);
+    absl::Time deadline = absl::Now() + kRunTimeout;
+    while (!a_paused.load() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(100));
+    EXPECT_TRUE(a_paused.load()) << "a did not pause";
+    if (flush) {
+      for (Accelerator* acc : rt->accelerators()) EXPECT_OK(acc->Flush(absl::Now() + kRunTimeout));
+    }
+    uint64_t in_use = MemoryInUse(*rt);
+    pause_a.store(false);
+    return in_use;
+  };
   auto close_b = [&] {
     absl::Time deadline = absl::Now() + absl::Seconds(20);
     while ((a_done.load() < 10 || b_submitted.load() < 3) && absl::Now() < deadline) {
@@ -633,7 +657,7 @@ void CloseOneOfTwoClients(bool while_in_execute) {
         b_unfinished += absl::IsDeadlineExceeded(run.Await(absl::InfinitePast()));
     }
     b_held = b->bytes_held();
-    memory_before = MemoryInUse(*rt);
+    memory_before = measure_with_a_paused(/*flush=*/false);
     b->Close();
     b_closed.store(true);
   };
@@ -644,7 +668,7 @@ void CloseOneOfTwoClients(bool while_in_execute) {
     // B's runs end (done or cancelled); A is still going.
     for (const Execution& run : b_runs) b_outcomes.push_back(run.Await(absl::Now() + kRunTimeout));
     b_runs.clear();
-    memory_after = MemoryInUse(*rt);
+    memory_after = measure_with_a_paused(/*flush=*/true);
     load_after = island->resources().Load();
     int a_at_close = a_done.load();
     absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -680,8 +704,8 @@ void CloseOneOfTwoClients(bool while_in_execute) {
   EXPECT_TRUE(b_x->released());
   for (const ArrayRef& w : chain_b.w) EXPECT_TRUE(w->released());
   for (const ArrayRef& w : chain_a.w) EXPECT_FALSE(w->released());
-  // A's own changing memory (its inputs and outputs in flight) is small
-  // next to what B held.
+  // Both figures were taken with A paused and drained; the slack covers
+  // A's arrays kept between runs, small next to what B held.
   const uint64_t a_slack = 16 * chain_a.value_bytes();
   ASSERT_GT(b_held, 4 * a_slack);
   EXPECT_GE(memory_before + a_slack, memory_after + b_held)
