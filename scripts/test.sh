@@ -5,6 +5,8 @@
 #   bash scripts/test.sh           the suite
 #   bash scripts/test.sh --asan    the suite built with AddressSanitizer and
 #                                  UndefinedBehaviorSanitizer (in build-asan/)
+#   bash scripts/test.sh --tsan    the suite built with ThreadSanitizer (in
+#                                  build-tsan/); a race fails the test
 # Further arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,13 @@ if [ "${1:-}" = "--asan" ]; then
   bash scripts/build.sh -DCAUSEWAY_ASAN=ON -DCAUSEWAY_BUILD_BENCHMARKS=OFF
   # The downstream-install test links an uninstrumented program against the
   # instrumented library; it runs in the plain suite.
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.' "$@"
+elif [ "${1:-}" = "--tsan" ]; then
+  shift
+  export BUILD_DIR=${BUILD_DIR:-build-tsan}
+  bash scripts/build.sh -DCAUSEWAY_TSAN=ON -DCAUSEWAY_BUILD_BENCHMARKS=OFF
+  # What is suppressed, and why, is written in the file.
+  export TSAN_OPTIONS="suppressions=$PWD/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.' "$@"
 else
   bash scripts/build.sh
