@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/fault_injection.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/vk_status.h"
@@ -82,9 +83,11 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   VkSemaphoreCreateInfo sem{VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO};
   sem.pNext = &type;
   VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->timeline_));
+  CountVulkanObject(+1);
   self->gate_ = std::make_shared<HostGate>();
   self->gate_->device = device;
   VK_RETURN_IF_ERROR(vkCreateSemaphore(device->handle(), &sem, nullptr, &self->gate_->semaphore));
+  CountVulkanObject(+1);
   RegisterHostSignalledSemaphore(self->gate_->semaphore);
 
   PoolOptions pool;
@@ -136,6 +139,7 @@ Accelerator::~Accelerator() {
     for (auto& [src, relay] : relays_) {
       UnregisterHostSignalledSemaphore(relay.semaphore);
       vkDestroySemaphore(device_->handle(), relay.semaphore, nullptr);
+      CountVulkanObject(-1);
     }
   }
   gate_.reset();
@@ -145,7 +149,10 @@ Accelerator::~Accelerator() {
   device_pool_.reset();
   upload_pool_.reset();
   readback_pool_.reset();
-  vkDestroySemaphore(device_->handle(), timeline_, nullptr);
+  if (timeline_ != VK_NULL_HANDLE) {
+    vkDestroySemaphore(device_->handle(), timeline_, nullptr);
+    CountVulkanObject(-1);
+  }
 }
 
 std::string Accelerator::name() const { return absl::StrCat("accelerator ", index_, " (", info().name, ")"); }
@@ -438,10 +445,14 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     int countdown = faults_.fail_submit_countdown.load();
     if (countdown > 0 && faults_.fail_submit_countdown.fetch_sub(1) == 1) {
       result = faults_.submit_error;
+    } else if (ShouldInjectFault(FaultPoint::kSubmission)) {
+      result = VK_ERROR_OUT_OF_HOST_MEMORY;
+      status = InjectedFaultError(VkStatus(result, "").code(), FaultPoint::kSubmission,
+                                  absl::StrCat("vkQueueSubmit on ", name(), ": VK_ERROR_OUT_OF_HOST_MEMORY"));
     } else {
       result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
     }
-    if (result != VK_SUCCESS) status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
+    if (result != VK_SUCCESS && status.ok()) status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
     if (!status.ok()) list->ReleaseRecording(*recording);
   }
   if (!status.ok()) {
@@ -522,6 +533,7 @@ Accelerator::HostGate::~HostGate() {
   if (semaphore == VK_NULL_HANDLE) return;
   UnregisterHostSignalledSemaphore(semaphore);
   vkDestroySemaphore(device->handle(), semaphore, nullptr);
+  CountVulkanObject(-1);
 }
 
 absl::Status Accelerator::KnownStatus(uint64_t value) const {
@@ -554,6 +566,7 @@ absl::StatusOr<VkSemaphore> Accelerator::RelayFrom(const Accelerator* source) {
       relays_.erase(source);
       return VkStatus(r, "creating a relay semaphore");
     }
+    CountVulkanObject(+1);
     RegisterHostSignalledSemaphore(relay.semaphore);
   }
   return relay.semaphore;

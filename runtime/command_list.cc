@@ -47,10 +47,10 @@ CommandList::~CommandList() {
   VkDevice dev = accelerator_->device().handle();
   absl::MutexLock lock(&mu_);
   for (auto& r : recordings_) {
-    if (r->queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev, r->queries, nullptr);
-    if (r->descriptors != VK_NULL_HANDLE) vkDestroyDescriptorPool(dev, r->descriptors, nullptr);
+    if (r->queries != VK_NULL_HANDLE) DestroyCounted(vkDestroyQueryPool, dev, r->queries);
+    if (r->descriptors != VK_NULL_HANDLE) DestroyCounted(vkDestroyDescriptorPool, dev, r->descriptors);
   }
-  if (pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(dev, pool_, nullptr);
+  if (pool_ != VK_NULL_HANDLE) DestroyCounted(vkDestroyCommandPool, dev, pool_);
 }
 
 bool CommandList::sealed() const {
@@ -243,14 +243,15 @@ absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(Timing tim
     VkCommandPoolCreateInfo info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     info.queueFamilyIndex = accelerator_->device().queue_family();
     VK_RETURN_IF_ERROR(vkCreateCommandPool(dev, &info, nullptr, &pool_));
+    CountVulkanObject(+1);
   }
   auto r = std::make_unique<Recording>();
   r->timing = timing;
   auto cleanup = absl::MakeCleanup([&] {
     if (r == nullptr) return;
     if (r->cb != VK_NULL_HANDLE) vkFreeCommandBuffers(dev, pool_, 1, &r->cb);
-    if (r->queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev, r->queries, nullptr);
-    if (r->descriptors != VK_NULL_HANDLE) vkDestroyDescriptorPool(dev, r->descriptors, nullptr);
+    if (r->queries != VK_NULL_HANDLE) DestroyCounted(vkDestroyQueryPool, dev, r->queries);
+    if (r->descriptors != VK_NULL_HANDLE) DestroyCounted(vkDestroyDescriptorPool, dev, r->descriptors);
   });
   VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   alloc.commandPool = pool_;
@@ -279,6 +280,7 @@ absl::Status CommandList::Record(Recording* r) {
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
     qi.queryCount = query_count;
     VK_RETURN_IF_ERROR(vkCreateQueryPool(dev, &qi, nullptr, &r->queries));
+    CountVulkanObject(+1);
     ASSIGN_OR_RETURN(r->query_results, accelerator_->CreateStagingBuffer(uint64_t{query_count} * 8, true));
   }
   // Descriptor sets, when the device cannot push them.
@@ -301,6 +303,7 @@ absl::Status CommandList::Record(Recording* r) {
       pi.poolSizeCount = static_cast<uint32_t>(sizes.size());
       pi.pPoolSizes = sizes.data();
       VK_RETURN_IF_ERROR(vkCreateDescriptorPool(dev, &pi, nullptr, &r->descriptors));
+      CountVulkanObject(+1);
       for (size_t i = 0; i < commands_.size(); ++i) {
         if (commands_[i].kind != Command::kDispatch) continue;
         VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};

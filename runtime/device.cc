@@ -142,6 +142,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   create.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
   create.ppEnabledExtensionNames = extensions.data();
   VK_RETURN_IF_ERROR(vkCreateDevice(info.handle, &create, nullptr, &self->device_));
+  CountVulkanObject(+1);
 
   for (uint32_t i = 0; i < options.queue_count; ++i) {
     VkQueue q;
@@ -181,6 +182,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
     cache_info.pInitialData = nullptr;
     VK_RETURN_IF_ERROR(vkCreatePipelineCache(self->device_, &cache_info, nullptr, &self->pipeline_cache_));
   }
+  CountVulkanObject(+1);
   return self;
 }
 
@@ -255,11 +257,11 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   VkShaderModule module = VK_NULL_HANDLE;
   // Everything made below is destroyed on an error path.
   auto cleanup = absl::MakeCleanup([&] {
-    if (module != VK_NULL_HANDLE) vkDestroyShaderModule(device_, module, nullptr);
+    DestroyCounted(vkDestroyShaderModule, device_, module);
     if (p == nullptr) return;
-    if (p->pipeline != VK_NULL_HANDLE) vkDestroyPipeline(device_, p->pipeline, nullptr);
-    if (p->layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(device_, p->layout, nullptr);
-    if (p->set_layout != VK_NULL_HANDLE) vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+    DestroyCounted(vkDestroyPipeline, device_, p->pipeline);
+    DestroyCounted(vkDestroyPipelineLayout, device_, p->layout);
+    DestroyCounted(vkDestroyDescriptorSetLayout, device_, p->set_layout);
   });
 
   VkDescriptorSetLayoutCreateInfo set_info{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
@@ -267,6 +269,7 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   set_info.bindingCount = static_cast<uint32_t>(bindings.size());
   set_info.pBindings = bindings.data();
   VK_RETURN_IF_ERROR(vkCreateDescriptorSetLayout(device_, &set_info, nullptr, &p->set_layout));
+  CountVulkanObject(+1);
 
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, r.push_constant_size};
   VkPipelineLayoutCreateInfo layout_info{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -275,11 +278,13 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   layout_info.pushConstantRangeCount = r.push_constant_size > 0 ? 1 : 0;
   layout_info.pPushConstantRanges = &range;
   VK_RETURN_IF_ERROR(vkCreatePipelineLayout(device_, &layout_info, nullptr, &p->layout));
+  CountVulkanObject(+1);
 
   VkShaderModuleCreateInfo module_info{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
   module_info.codeSize = kernel->spirv().size() * sizeof(uint32_t);
   module_info.pCode = kernel->spirv().data();
   VK_RETURN_IF_ERROR(vkCreateShaderModule(device_, &module_info, nullptr, &module));
+  CountVulkanObject(+1);
 
   std::vector<VkSpecializationMapEntry> entries;
   std::vector<uint32_t> values;
@@ -297,6 +302,7 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   pipe_info.stage.pSpecializationInfo = entries.empty() ? nullptr : &spec_info;
   pipe_info.layout = p->layout;
   VK_RETURN_IF_ERROR(vkCreateComputePipelines(device_, pipeline_cache_, 1, &pipe_info, nullptr, &p->pipeline));
+  CountVulkanObject(+1);
 
   const Pipeline* result = p.get();
   pipelines_.emplace(std::move(key), std::move(p));  // p is null now: cleanup keeps the objects
@@ -308,12 +314,13 @@ Device::~Device() {
   vkDeviceWaitIdle(device_);
   (void)SavePipelineCache();
   for (auto& [key, p] : pipelines_) {
-    vkDestroyPipeline(device_, p->pipeline, nullptr);
-    vkDestroyPipelineLayout(device_, p->layout, nullptr);
-    vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+    DestroyCounted(vkDestroyPipeline, device_, p->pipeline);
+    DestroyCounted(vkDestroyPipelineLayout, device_, p->layout);
+    DestroyCounted(vkDestroyDescriptorSetLayout, device_, p->set_layout);
   }
-  if (pipeline_cache_ != VK_NULL_HANDLE) vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);
+  DestroyCounted(vkDestroyPipelineCache, device_, pipeline_cache_);
   vkDestroyDevice(device_, nullptr);
+  CountVulkanObject(-1);
 }
 
 }  // namespace causeway

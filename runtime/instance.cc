@@ -252,6 +252,7 @@ absl::StatusOr<std::shared_ptr<Instance>> Instance::Create(const InstanceOptions
   info.ppEnabledExtensionNames = extensions.data();
   if (self->validation_) info.pNext = &messenger_info;
   VK_RETURN_IF_ERROR(vkCreateInstance(&info, nullptr, &self->instance_));
+  CountVulkanObject(+1);
 
   if (self->validation_) {
     auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
@@ -274,7 +275,10 @@ Instance::~Instance() {
         vkGetInstanceProcAddr(instance_, "vkDestroyDebugUtilsMessengerEXT"));
     if (destroy != nullptr) destroy(instance_, messenger_, nullptr);
   }
-  if (instance_ != VK_NULL_HANDLE) vkDestroyInstance(instance_, nullptr);
+  if (instance_ != VK_NULL_HANDLE) {
+    vkDestroyInstance(instance_, nullptr);
+    CountVulkanObject(-1);
+  }
 }
 
 }  // namespace causeway

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/accelerator.h"
+#include "runtime/fault_injection.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/vk_status.h"
@@ -81,7 +82,7 @@ void* Buffer::mapped() const {
 }
 
 Buffer::~Buffer() {
-  if (buffer_ != VK_NULL_HANDLE) vkDestroyBuffer(device_, buffer_, nullptr);
+  DestroyCounted(vkDestroyBuffer, device_, buffer_);
   if (pool_ != nullptr) pool_->Release(this);
 }
 
@@ -204,11 +205,12 @@ absl::StatusOr<MemoryBlock*> MemoryPool::NewBlock(uint64_t size, uint32_t type_b
   RETURN_IF_ERROR(VkStatus(vkAllocateMemory(device_->handle(), &alloc, nullptr, &block->memory),
                            absl::StrCat("allocating a ", FormatBytes(size), " ",
                                         MemoryKindName(options_.kind), " block")));
+  CountVulkanObject(+1);
   if (info.memory_types[type].flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
     absl::Status s = VkStatus(vkMapMemory(device_->handle(), block->memory, 0, VK_WHOLE_SIZE, 0, &block->mapped),
                               "vkMapMemory");
     if (!s.ok()) {
-      vkFreeMemory(device_->handle(), block->memory, nullptr);
+      DestroyCounted(vkFreeMemory, device_->handle(), block->memory);
       return s;
     }
     block->host_coherent = (info.memory_types[type].flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) != 0;
@@ -221,7 +223,7 @@ absl::StatusOr<MemoryBlock*> MemoryPool::NewBlock(uint64_t size, uint32_t type_b
 void MemoryPool::FreeBlock(MemoryBlock* block) {
   for (auto& l : listeners_) l(block->id);
   if (block->mapped != nullptr) vkUnmapMemory(device_->handle(), block->memory);
-  vkFreeMemory(device_->handle(), block->memory, nullptr);
+  DestroyCounted(vkFreeMemory, device_->handle(), block->memory);
   reserved_ -= block->size;
   auto it = std::find_if(blocks_.begin(), blocks_.end(), [&](const auto& b) { return b.get() == block; });
   blocks_.erase(it);
@@ -246,12 +248,18 @@ absl::StatusOr<std::shared_ptr<Buffer>> MemoryPool::CreateBuffer(uint64_t size) 
   external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
   if (options_.exportable) create.pNext = &external;
   VK_RETURN_IF_ERROR(vkCreateBuffer(dev, &create, nullptr, &buffer->buffer_));
+  CountVulkanObject(+1);
 
   VkMemoryRequirements req;
   vkGetBufferMemoryRequirements(dev, buffer->buffer_, &req);
   uint64_t alignment = std::max<uint64_t>({req.alignment, info.limits.minStorageBufferOffsetAlignment,
                                            info.limits.nonCoherentAtomSize, 16});
   uint64_t reserved = AlignUp(req.size, alignment);
+  if (ShouldInjectFault(FaultPoint::kAllocation)) {
+    return InjectedFaultError(absl::StatusCode::kResourceExhausted, FaultPoint::kAllocation,
+                              absl::StrCat("out of ", MemoryKindName(options_.kind), " memory for a buffer of ",
+                                           FormatBytes(size)));
+  }
 
   absl::MutexLock lock(&mu_);
   if (in_use_ + reserved > options_.budget) {
@@ -353,8 +361,8 @@ absl::StatusOr<int> MemoryPool::ExportFd(const MemoryBlock& block) const {
 }
 
 ImportedBlock::~ImportedBlock() {
-  if (buffer != VK_NULL_HANDLE) vkDestroyBuffer(device, buffer, nullptr);
-  if (memory != VK_NULL_HANDLE) vkFreeMemory(device, memory, nullptr);
+  DestroyCounted(vkDestroyBuffer, device, buffer);
+  DestroyCounted(vkFreeMemory, device, memory);
 }
 
 absl::StatusOr<std::shared_ptr<ImportedBlock>> ImportCache::Get(const MemoryPool& owner,
@@ -377,6 +385,7 @@ absl::StatusOr<std::shared_ptr<ImportedBlock>> ImportCache::Get(const MemoryPool
     close(fd);  // on success the driver owns it
     return VkStatus(r, "importing a peer's memory block");
   }
+  CountVulkanObject(+1);
   VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
   external.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
   VkBufferCreateInfo create{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -385,6 +394,7 @@ absl::StatusOr<std::shared_ptr<ImportedBlock>> ImportCache::Get(const MemoryPool
   create.usage = kBufferUsage;
   create.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   VK_RETURN_IF_ERROR(vkCreateBuffer(device_->handle(), &create, nullptr, &imported->buffer));
+  CountVulkanObject(+1);
   VK_RETURN_IF_ERROR(vkBindBufferMemory(device_->handle(), imported->buffer, imported->memory, 0));
   imports_[block.id] = imported;
   return imported;

@@ -1,8 +1,16 @@
 #include "runtime/vk_status.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace causeway {
+namespace {
+std::atomic<int64_t> g_live_vulkan_objects{0};
+}  // namespace
+
+int64_t LiveVulkanObjects() { return g_live_vulkan_objects.load(); }
+void CountVulkanObject(int delta) { g_live_vulkan_objects.fetch_add(delta, std::memory_order_relaxed); }
 
 const char* VkResultName(VkResult result) {
   switch (result) {

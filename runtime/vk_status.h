@@ -4,6 +4,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -17,6 +19,22 @@ const char* VkResultName(VkResult result);
 // ResourceExhausted, device lost becomes Unavailable, ...) and whose message
 // names `what` and the result.
 absl::Status VkStatus(VkResult result, absl::string_view what);
+
+// Live Vulkan objects that Causeway made in this process, for leak checks:
+// instances, devices, buffers, device memory, semaphores, pipelines with
+// their layouts, shader modules, pipeline caches and pools. Command buffers
+// and descriptor sets go with their pools and are not counted.
+int64_t LiveVulkanObjects();
+void CountVulkanObject(int delta);  // +1 after each create, -1 at each destroy
+
+// destroy(device, handle) and the count taken down; nothing for a null handle.
+template <typename Handle>
+void DestroyCounted(void(VKAPI_PTR* destroy)(VkDevice, Handle, const VkAllocationCallbacks*), VkDevice device,
+                    Handle handle) {
+  if (handle == VK_NULL_HANDLE) return;
+  destroy(device, handle, nullptr);
+  CountVulkanObject(-1);
+}
 
 }  // namespace causeway
 

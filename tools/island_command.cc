@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/fault_injection.h"
 #include "runtime/status.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -67,6 +68,11 @@ int IslandCommand(const std::vector<std::string>& args) {
   auto timeout_ms = flags.Int("peer-timeout-ms");
   if (!timeout_ms.ok() || *timeout_ms < 100 || *timeout_ms > 3'600'000) {
     return fail(absl::InvalidArgumentError("--peer-timeout-ms must be 100..3600000"), 2);
+  }
+
+  // Fault injection for tests of a real island process (runtime/fault_injection.h).
+  if (const char* fault = std::getenv("CAUSEWAY_FAULT"); fault != nullptr) {
+    if (absl::Status s = ArmFaultFromString(fault); !s.ok()) return fail(s, 2);
   }
 
   IslandServerOptions options;

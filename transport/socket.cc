@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "runtime/fault_injection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,14 @@ absl::Status ErrnoError(int error, absl::string_view what) {
     default:
       return absl::ErrnoToStatus(error, what);
   }
+}
+
+// An injected fault (runtime/fault_injection.h) at `point`: the connection
+// is reset, so this side fails and the peer sees it close.
+absl::Status InjectReset(int fd, FaultPoint point, absl::string_view what) {
+  shutdown(fd, SHUT_RDWR);
+  return InjectedFaultError(absl::StatusCode::kUnavailable, point,
+                            absl::StrCat(what, ": ", std::strerror(ECONNRESET)));
 }
 
 // How long a call that started at `start` waited for `deadline`, to the
@@ -354,6 +363,7 @@ absl::StatusOr<Socket> Socket::Accept(absl::Time deadline) {
 
 absl::Status Socket::WriteAll(absl::Span<const absl::Span<const uint8_t>> pieces, absl::Time deadline) {
   if (!valid()) return InvalidSocketError("WriteAll");
+  if (ShouldInjectFault(FaultPoint::kSend)) return InjectReset(fd_, FaultPoint::kSend, absl::StrCat("write to ", peer_.ToString()));
   const absl::Time start = absl::Now();
   absl::InlinedVector<iovec, 8> iov;
   uint64_t total = 0;
@@ -396,6 +406,7 @@ absl::Status Socket::WriteAll(absl::Span<const absl::Span<const uint8_t>> pieces
 
 absl::Status Socket::ReadExact(void* out, size_t n, absl::Time deadline) {
   if (!valid()) return InvalidSocketError("ReadExact");
+  if (ShouldInjectFault(FaultPoint::kReceive)) return InjectReset(fd_, FaultPoint::kReceive, absl::StrCat("read from ", peer_.ToString()));
   const absl::Time start = absl::Now();
   auto* bytes = static_cast<uint8_t*>(out);
   size_t got = 0;
