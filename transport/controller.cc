@@ -11,6 +11,7 @@
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
 #include "scheduler/split.h"
+#include "transport/auth.h"
 #include "transport/control.pb.h"
 #include "transport/island.pb.h"
 #include "transport/island_server.h"
@@ -30,6 +31,14 @@ struct Controller::PendingRun {
   int remaining = 0;  // parts not yet done; guarded by the controller's lock
   absl::Status status;
   std::vector<int> islands;
+  // Each part: its island, its id there, and the channels it receives on.
+  struct Part {
+    int island = 0;
+    uint64_t id = 0;
+    std::vector<uint64_t> receives;
+  };
+  std::vector<Part> parts;
+  bool receives_failed = false;  // guarded by the controller's lock
 };
 
 // The bytes land in memory of the fetch's own, not the caller's: a Download
@@ -49,6 +58,7 @@ class RemoteProgram {
     uint64_t id = 0;
     int parameters = 0;
     std::vector<RemoteArray> outputs;  // types (ids unset)
+    std::vector<uint64_t> receives;    // channels this part receives on
   };
   std::vector<Part> parts;
   std::vector<std::pair<int, int>> parameters, outputs;
@@ -60,6 +70,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Connect(const std::vecto
                                                                 ControllerOptions options) {
   if (islands.empty()) return absl::InvalidArgumentError("a controller needs at least one island");
   std::unique_ptr<Controller> c(new Controller(std::move(options)));
+  {
+    uint64_t random = 0;
+    RETURN_IF_ERROR(FillRandom(absl::MakeSpan(reinterpret_cast<uint8_t*>(&random), sizeof(random))));
+    absl::MutexLock lock(&c->mu_);
+    c->next_channel_ = (uint64_t{1} << 32) | (random >> 2);
+  }
   for (size_t i = 0; i < islands.size(); ++i) {
     auto island = std::make_unique<Island>();
     island->address = islands[i];
@@ -302,8 +318,10 @@ absl::StatusOr<std::shared_ptr<RemoteProgram>> Controller::Load(
     LoadProgram* load = in.mutable_load_program();
     load->set_program(part.def.SerializeAsString());
     for (const MeshDef& m : part.def.meshes()) (*load->mutable_meshes())[m.name()] = meshes.at(m.name()).id;
+    std::vector<uint64_t> receives;
     for (const ChannelSpec& c : split.channels) {
       if (c.from_island != part.island && c.to_island != part.island) continue;
+      if (c.to_island == part.island) receives.push_back(c.id);
       ChannelEnd* end = load->add_channels();
       end->set_id(c.id);
       end->set_send(c.from_island == part.island);
@@ -317,6 +335,7 @@ absl::StatusOr<std::shared_ptr<RemoteProgram>> Controller::Load(
     p.island = island->second;
     p.id = out.loaded().id();
     p.parameters = part.def.parameters_size();
+    p.receives = std::move(receives);
     for (const ArrayType& t : out.loaded().outputs()) {
       RemoteArray a;
       a.island = p.island;
@@ -357,6 +376,7 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     for (const auto& part : program->parts) {
       if (lost_[part.island]) return islands_[part.island]->connection->status();
       pending->islands.push_back(part.island);
+      pending->parts.push_back({part.island, part.id, part.receives});
       pending->remaining++;
       runs_[{part.island, part.id, tag}] = pending;
     }
@@ -385,13 +405,16 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     absl::Status sent = islands_[part.island]->connection->Notify(r, absl::Now() + options_.call_timeout);
     if (!sent.ok()) {
       // The parts already sent will fail or finish; this run is failed.
-      absl::MutexLock lock(&mu_);
+      absl::ReleasableMutexLock lock(&mu_);
       for (size_t q = p; q < program->parts.size(); ++q) {
         runs_.erase({program->parts[q].island, program->parts[q].id, tag});
       }
       if (pending->status.ok()) pending->status = sent;
       pending->remaining -= static_cast<int>(program->parts.size() - p);
       if (pending->remaining == 0) pending->promise->Set(pending->status);
+      std::vector<std::pair<int, std::string>> notes = FailReceivesLocked(*pending, tag, sent);
+      lock.Release();
+      SendNotes(notes);
       return sent;
     }
   }
@@ -410,6 +433,7 @@ void Controller::HandleNote(int island, const std::string& note) {
     const RunDone& d = in.run_done();
     std::shared_ptr<Promise<>> finished;
     absl::Status status;
+    std::vector<std::pair<int, std::string>> notes;
     {
       absl::MutexLock lock(&mu_);
       auto it = runs_.find({island, d.program(), d.tag()});
@@ -421,8 +445,11 @@ void Controller::HandleNote(int island, const std::string& note) {
       if (--run->remaining == 0) {
         finished = run->promise;
         status = run->status;
+      } else if (!s.ok()) {
+        notes = FailReceivesLocked(*run, d.tag(), s);
       }
     }
+    SendNotes(notes);
     if (finished != nullptr) finished->Set(status);
     return;
   }
@@ -436,6 +463,34 @@ void Controller::HandleNote(int island, const std::string& note) {
       promise = it->second->promise;
     }
     promise->Set(StatusFromPeer(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message())));
+  }
+}
+
+std::vector<std::pair<int, std::string>> Controller::FailReceivesLocked(PendingRun& run, uint64_t tag,
+                                                                           const absl::Status& why) {
+  std::vector<std::pair<int, std::string>> notes;
+  if (run.receives_failed) return notes;
+  run.receives_failed = true;
+  for (const PendingRun::Part& part : run.parts) {
+    if (lost_[part.island] || !runs_.contains({part.island, part.id, tag})) continue;
+    for (uint64_t channel : part.receives) {
+      IslandRequest in;
+      ChannelFailed* f = in.mutable_channel_failed();
+      f->set_channel(channel);
+      f->set_tag(tag);
+      f->set_code(static_cast<int32_t>(why.code()));
+      f->set_message(std::string(why.message()));
+      notes.emplace_back(part.island, in.SerializeAsString());
+    }
+  }
+  return notes;
+}
+
+void Controller::SendNotes(const std::vector<std::pair<int, std::string>>& notes) {
+  for (const auto& [island, in] : notes) {
+    Request r;
+    r.set_island(in);
+    (void)islands_[island]->connection->Notify(r, absl::Now() + options_.call_timeout);
   }
 }
 

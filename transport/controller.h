@@ -148,6 +148,15 @@ class Controller {
   void WatchLoop();
   // Fails what depends on island `i`, once.
   void IslandLost(int i, const absl::Status& why);
+  // One part of run `tag` failed: the parts still going stop waiting for
+  // values from the others, which may never come (the link between two
+  // islands may be what failed, so the islands cannot be left to tell each
+  // other). Once per run; the notes to send (island, IslandRequest bytes),
+  // outside the lock.
+  std::vector<std::pair<int, std::string>> FailReceivesLocked(PendingRun& run, uint64_t tag,
+                                                                const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendNotes(const std::vector<std::pair<int, std::string>>& notes);
 
   ControllerOptions options_;
   std::vector<std::unique_ptr<Island>> islands_;
@@ -157,6 +166,10 @@ class Controller {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_fetch_ ABSL_GUARDED_BY(mu_) = 1;
+  // Channel ids name a program's channels on every island it spans, beside
+  // other controllers' programs: each controller counts up from a random
+  // point in [2^32, 2^63), so two never meet in practice (and an island
+  // refuses a program whose channel id is taken).
   uint64_t next_channel_ ABSL_GUARDED_BY(mu_) = 16;
   uint64_t next_array_ ABSL_GUARDED_BY(mu_) = uint64_t{1} << 62;  // kControllerIds
   std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);

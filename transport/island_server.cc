@@ -93,6 +93,7 @@ class IslandServer::Receiver : public Channel {
     return inbox_.Expect(tag, total, std::move(targets));
   }
   std::string Describe() const override { return inbox_.name(); }
+  uint64_t id() const { return id_; }
   const std::string& peer() const { return peer_; }
   Inbox& inbox() { return inbox_; }
 
@@ -191,6 +192,15 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     }
     if (connection != nullptr) connection->Close(why.message());
     connection.reset();
+    // A value's chunk the reader had begun when the connection failed is
+    // never finished: its run fails rather than wait for it (the reader is
+    // gone, so nothing writes into the slot any more).
+    if (current_receiver_ != nullptr) {
+      current_receiver_->inbox().End(
+          current_slot_, absl::UnavailableError(absl::StrCat("the connection from island '", peer_name(),
+                                                             "' ended in the middle of a value: ", why.message())));
+      current_receiver_.reset();
+    }
     if (client != nullptr) client->Close();
     worker_.reset();
     outbox_.reset();
@@ -228,13 +238,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     absl::MutexLock lock(&mu_);
     return connection_ == nullptr ? absl::OkStatus() : connection_->status();
   }
-  // Fails every receive of this controller's programs (it is gone).
+  // Fails every receive of this controller's programs (it is gone) and
+  // takes their channels off the island: values still on their way to them
+  // are dropped when they come.
   void FailReceivers(const absl::Status& why) {
     std::vector<std::shared_ptr<Receiver>> receivers;
     {
       absl::MutexLock lock(&mu_);
       for (auto& [id, p] : programs_) receivers.insert(receivers.end(), p.receivers.begin(), p.receivers.end());
     }
+    server_->RemoveReceivers(receivers);
     for (auto& r : receivers) r->inbox().Close(why);
   }
 
@@ -304,8 +317,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       return up.bytes.data() + h.offset();
     }
     if (h.stream() >= kFirstChannelStream) {
+      // No such channel (any more): the values of a program whose
+      // controller has gone, still on their way when it went. Dropped.
       std::shared_ptr<Receiver> r = server_->FindReceiver(h.stream());
-      if (r == nullptr) return absl::NotFoundError(absl::StrCat("data for unknown channel ", h.stream()));
+      if (r == nullptr) return nullptr;
       absl::StatusOr<Inbox::Slot> slot = r->inbox().Begin(h.tag(), h.offset(), h.length(), h.total());
       if (!slot.ok()) {
         // The run failed or was cancelled here: drop its bytes.
@@ -337,7 +352,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     auto a = arrays_.find(h.tag());
     if (a == arrays_.end()) return;
     ArrayRef array = a->second;
-    worker_->Push([array, bytes] { (void)array->Upload(bytes->data(), bytes->size()); });
+    const uint64_t id = h.tag();
+    worker_->Push([this, id, array, bytes] {
+      absl::Status s = array->Upload(bytes->data(), bytes->size());
+      absl::MutexLock lock(&mu_);
+      if (s.ok()) {
+        failed_uploads_.erase(id);
+      } else {
+        failed_uploads_[id] = absl::Status(s.code(), absl::StrCat("array ", id, " was not written: ", s.message()));
+      }
+    });
   }
 
   absl::StatusOr<Response> Handle(const Request& request) {
@@ -413,6 +437,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           ArrayRef dropped;
           absl::MutexLock lock(&mu_);
           released_.erase(id);
+          failed_uploads_.erase(id);
           if (auto it = arrays_.find(id); it != arrays_.end()) {
             dropped = std::move(it->second);
             arrays_.erase(it);
@@ -447,14 +472,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         }
         ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
         ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
-        {
-          absl::MutexLock server_lock(&server_->mu_);
-          for (const ChannelEnd& end : in.load_program().channels()) {
-            if (!end.send()) {
-              server_->receivers_[end.id()] = std::static_pointer_cast<Receiver>(channels[end.id()]);
-            }
-          }
-        }
+        RETURN_IF_ERROR(server_->AddReceivers(loaded.receivers));
         for (int o : loaded.exe->program().outputs()) {
           const ProgramValue& v = loaded.exe->program().values()[o];
           ArrayType* t = out.mutable_loaded()->add_outputs();
@@ -570,7 +588,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       absl::MutexLock lock(&mu_);
       c = client_;
       for (const auto& [id, array] : given) {
-        if (array != nullptr) {
+        if (auto f = failed_uploads_.find(id); f != failed_uploads_.end()) {
+          if (missing.ok()) missing = f->second;
+        } else if (array != nullptr) {
           inputs.push_back(array);
         } else if (auto a = arrays_.find(id); a != arrays_.end()) {
           inputs.push_back(a->second);
@@ -599,16 +619,18 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
 
   void FetchJob(uint64_t array_id, uint64_t fetch) {
     ArrayRef array;
+    absl::Status failed;
     {
       absl::MutexLock lock(&mu_);
       auto a = arrays_.find(array_id);
       if (a != arrays_.end()) array = a->second;
+      if (auto f = failed_uploads_.find(array_id); f != failed_uploads_.end()) failed = f->second;
     }
-    outbox_->Push([this, array, array_id, fetch] {
-      absl::Status s;
-      if (array == nullptr) {
+    outbox_->Push([this, array, array_id, fetch, failed] {
+      absl::Status s = failed;
+      if (s.ok() && array == nullptr) {
         s = absl::NotFoundError(absl::StrCat("no array ", array_id, " (or the run that makes it failed)"));
-      } else {
+      } else if (s.ok()) {
         std::vector<uint8_t> bytes(array->shard_bytes() * array->shard_count());
         s = array->Download(bytes.data(), bytes.size());
         Connection* c = connection();
@@ -628,7 +650,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   Socket socket_;
   std::thread thread_;
   std::atomic<bool> done_{false};
-  // Touched only on the connection's reader thread.
+  // Touched only on the connection's reader thread, and by Teardown once
+  // that thread has ended.
   std::shared_ptr<Receiver> current_receiver_;
   Inbox::Slot current_slot_;
 
@@ -645,6 +668,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   absl::flat_hash_set<uint64_t> pending_ ABSL_GUARDED_BY(mu_);
   // Released, and dropped from arrays_ once the worker reaches the release.
   absl::flat_hash_set<uint64_t> released_ ABSL_GUARDED_BY(mu_);
+  // Arrays whose last upload the worker could not write: runs and fetches
+  // that name them fail with why, rather than read what was there before.
+  absl::flat_hash_map<uint64_t, absl::Status> failed_uploads_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LoadedProgram> programs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Upload> uploads_ ABSL_GUARDED_BY(mu_);
   // Made with the session, reset only by Teardown (after the connection,
@@ -765,6 +791,26 @@ void IslandServer::ReapLoop() {
       auto it = std::find(sessions_.begin(), sessions_.end(), s);
       if (it != sessions_.end()) sessions_.erase(it);
     }
+  }
+}
+
+absl::Status IslandServer::AddReceivers(const std::vector<std::shared_ptr<Receiver>>& receivers) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& r : receivers) {
+    if (receivers_.contains(r->id())) {
+      return absl::AlreadyExistsError(absl::StrCat("channel ", r->id(), " is in use on island '", options_.name,
+                                                   "' by another program"));
+    }
+  }
+  for (const auto& r : receivers) receivers_[r->id()] = r;
+  return absl::OkStatus();
+}
+
+void IslandServer::RemoveReceivers(const std::vector<std::shared_ptr<Receiver>>& receivers) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& r : receivers) {
+    auto it = receivers_.find(r->id());
+    if (it != receivers_.end() && it->second == r) receivers_.erase(it);
   }
 }
 

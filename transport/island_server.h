@@ -89,6 +89,10 @@ class IslandServer {
   void AcceptLoop();
   void ReapLoop();
   std::shared_ptr<Receiver> FindReceiver(uint64_t id);
+  // A program's receiving channels, all or none: AlreadyExists if an id is
+  // taken. Removed when the controller that loaded them goes.
+  absl::Status AddReceivers(const std::vector<std::shared_ptr<Receiver>>& receivers);
+  void RemoveReceivers(const std::vector<std::shared_ptr<Receiver>>& receivers);
   // The connection to the island at `address` for sending channel data,
   // made on first use.
   absl::StatusOr<std::shared_ptr<PeerLink>> Peer(const std::string& address);

@@ -1,0 +1,320 @@
+// Fault injection (runtime/fault_injection.h) walked over a representative
+// program: two island servers and a controller in this process, over
+// loopback. For every allocation, submission, send and receive the program
+// makes, that one call fails, and the test checks that the error reaches the
+// caller (no hang, no wrong result), that the islands go on serving, and that
+// nothing is left behind: descriptors, threads, Vulkan objects, memory
+// budget bytes, sessions.
+#include "runtime/fault_injection.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/reference.h"
+#include "runtime/status.h"
+#include "runtime/vk_status.h"
+#include "scheduler/function.h"
+#include "scheduler/program_def.h"
+#include "tests/testing/test_support.h"
+#include "transport/controller.h"
+#include "transport/island_server.h"
+
+namespace causeway::transport {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::causeway::testing::RandomFloats;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+constexpr int kRows = 32, kCols = 32;
+
+int CountEntries(const char* dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Heartbeats rare enough that the calls counted are the program's own, and
+// a peer that goes quiet is noticed well inside kWait.
+ConnectionOptions QuietConnections() {
+  ConnectionOptions options;
+  options.heartbeat_interval = absl::Seconds(5);
+  options.peer_timeout = absl::Seconds(12);
+  return options;
+}
+
+// Two islands of two accelerators, each on a runtime of its own.
+struct Islands {
+  std::unique_ptr<Runtime> rt_a, rt_b;
+  std::unique_ptr<IslandServer> a, b;
+
+  std::vector<Accelerator*> accelerators() const {
+    std::vector<Accelerator*> all = rt_a->accelerators();
+    for (Accelerator* acc : rt_b->accelerators()) all.push_back(acc);
+    return all;
+  }
+};
+
+std::unique_ptr<Islands> StartIslands() {
+  auto islands = std::make_unique<Islands>();
+  islands->rt_a = MakeRuntime(2);
+  islands->rt_b = MakeRuntime(2);
+  if (islands->rt_a == nullptr || islands->rt_b == nullptr) return nullptr;
+  for (auto [name, rt, server] : {std::tuple{"isl-a", islands->rt_a.get(), &islands->a},
+                                  std::tuple{"isl-b", islands->rt_b.get(), &islands->b}}) {
+    IslandServerOptions options;
+    options.name = name;
+    options.connection = QuietConnections();
+    auto s = IslandServer::Create(rt, options);
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status();
+      return nullptr;
+    }
+    *server = *std::move(s);
+  }
+  return islands;
+}
+
+// The program: on island a (split by rows) t = (x + y) / 2; t crosses to
+// island b, where u = t w and out = all-reduce(u) over b's two devices (u
+// is replicated there, so out = 2 t w). Kernels, a transfer over DCN and a
+// collective over ICI.
+absl::StatusOr<ProgramDef> WalkProgram() {
+  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kRows / 2, kCols}));
+  ASSIGN_OR_RETURN(auto half, Function::Scale({kRows / 2, kCols}, 0.5f));
+  ASSIGN_OR_RETURN(auto mm, Function::Matmul(kRows, kCols, kCols));
+  ProgramDefBuilder b("walk");
+  b.Mesh("a", {2}).Mesh("b", {2});
+  b.Parameter("x", "a", {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  b.Parameter("y", "a", {kRows, kCols}, DType::kF32, Sharding::Split(0));
+  b.Parameter("w", "b", {kCols, kCols});
+  b.Call("sum", add, "a", {"x", "y"}, {"s"});
+  b.Call("halve", half, "a", {"s"}, {"t"});
+  b.Call("matmul", mm, "b", {"t", "w"}, {"u"});
+  b.AllReduce("reduce", "b", "u", "out");
+  b.Output("out");
+  return b.Build();
+}
+
+std::vector<float> WalkReference(const std::vector<float>& x, const std::vector<float>& y,
+                                 const std::vector<float>& w) {
+  std::vector<float> t(x.size());
+  for (size_t i = 0; i < t.size(); ++i) t[i] = (x[i] + y[i]) * 0.5f;
+  std::vector<float> u = reference::Matmul(t, w, kRows, kCols, kCols);
+  for (float& v : u) v *= 2;
+  return u;
+}
+
+// One controller's whole life: connect, allocate, load, upload, two runs in
+// flight at once, download and check both, disconnect. The first error, or
+// OK once both results match the CPU.
+absl::Status RunEpisode(const Islands& islands, const ProgramDef& def, int seed) {
+  ControllerOptions options;
+  options.connection = QuietConnections();
+  options.call_timeout = kWait;
+  ASSIGN_OR_RETURN(auto c, Controller::Connect({islands.a->address().ToString(), islands.b->address().ToString()},
+                                               options));
+  ASSIGN_OR_RETURN(RemoteMesh ma, c->AllocateMesh(0, {2}));
+  ASSIGN_OR_RETURN(RemoteMesh mb, c->AllocateMesh(1, {2}));
+  ASSIGN_OR_RETURN(auto program, c->Load(def, {{"a", ma}, {"b", mb}}));
+  ASSIGN_OR_RETURN(RemoteArray w, c->CreateArray(mb, {kCols, kCols}, DType::kF32));
+  const std::vector<float> wh = RandomFloats(kCols * kCols, seed);
+  RETURN_IF_ERROR(c->Upload(w, wh.data(), wh.size() * 4));
+  struct Run {
+    std::vector<float> want;
+    RemoteRun run;
+  };
+  std::vector<Run> runs;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> xh = RandomFloats(kRows * kCols, seed + 1 + 2 * r);
+    std::vector<float> yh = RandomFloats(kRows * kCols, seed + 2 + 2 * r);
+    ASSIGN_OR_RETURN(RemoteArray x, c->CreateArray(ma, {kRows, kCols}, DType::kF32, Sharding::Split(0)));
+    ASSIGN_OR_RETURN(RemoteArray y, c->CreateArray(ma, {kRows, kCols}, DType::kF32, Sharding::Split(0)));
+    RETURN_IF_ERROR(c->Upload(x, xh.data(), xh.size() * 4));
+    RETURN_IF_ERROR(c->Upload(y, yh.data(), yh.size() * 4));
+    ASSIGN_OR_RETURN(RemoteRun run, c->Execute(program, {x, y, w}));
+    runs.push_back({WalkReference(xh, yh, wh), std::move(run)});
+  }
+  for (Run& r : runs) {
+    RETURN_IF_ERROR(r.run.done.AwaitStatus(absl::Now() + kWait));
+    std::vector<float> got(kRows * kCols);
+    RETURN_IF_ERROR(c->Download(r.run.outputs[0], got.data(), got.size() * 4, absl::Now() + kWait));
+    const double error = reference::MaxRelativeError(got, r.want);
+    if (!(error < 1e-4)) return absl::DataLossError(absl::StrCat("wrong result: max relative error ", error));
+  }
+  return absl::OkStatus();
+}
+
+// What must come back to where it was once a controller has gone.
+struct Held {
+  int fds = 0, threads = 0;
+  int64_t vulkan_objects = 0;
+  std::vector<uint64_t> memory;  // per accelerator, in use
+  size_t sessions = 0;
+  bool operator==(const Held&) const = default;
+  std::string ToString() const {
+    return absl::StrCat("fds ", fds, ", threads ", threads, ", Vulkan objects ", vulkan_objects, ", memory [",
+                        absl::StrJoin(memory, " "), "], sessions ", sessions);
+  }
+};
+
+Held Measure(const Islands& islands) {
+  Held h;
+  h.fds = CountEntries("/proc/self/fd");
+  h.threads = CountEntries("/proc/self/task");
+  h.vulkan_objects = LiveVulkanObjects();
+  for (Accelerator* acc : islands.accelerators()) h.memory.push_back(acc->memory_in_use());
+  h.sessions = islands.a->sessions() + islands.b->sessions();
+  return h;
+}
+
+// Waits (sessions closing, threads ending, devices retiring released work)
+// until what is held equals `want`, or kWait; returns what it saw last.
+Held SettleTo(const Islands& islands, const Held& want) {
+  const absl::Time deadline = absl::Now() + kWait;
+  Held now;
+  do {
+    for (Accelerator* acc : islands.accelerators()) (void)acc->Flush(absl::Now() + kWait);
+    now = Measure(islands);
+    if (now == want) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  return now;
+}
+
+// What is held once nothing changes any more (sessions of a controller that
+// has gone closed, their threads ended): the same for half a second.
+Held Quiesce(const Islands& islands) {
+  const absl::Time deadline = absl::Now() + kWait;
+  Held last = Measure(islands);
+  int same = 0;
+  while (same < 10 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+    for (Accelerator* acc : islands.accelerators()) (void)acc->Flush(absl::Now() + kWait);
+    Held now = Measure(islands);
+    same = now == last ? same + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+// Tests the injector itself: counting, arming, the string form.
+TEST(FaultInjectionTest, ArmsTheNthCallAtOnePoint) {
+  CountFaultPoints();
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(ShouldInjectFault(FaultPoint::kSend));
+  EXPECT_EQ(FaultPointCalls(FaultPoint::kSend), 3);
+  EXPECT_EQ(FaultPointCalls(FaultPoint::kReceive), 0);
+  ASSERT_OK(ArmFaultFromString("receive:2"));
+  EXPECT_FALSE(ShouldInjectFault(FaultPoint::kSend));
+  EXPECT_FALSE(ShouldInjectFault(FaultPoint::kReceive));
+  EXPECT_FALSE(FaultInjected());
+  EXPECT_TRUE(ShouldInjectFault(FaultPoint::kReceive));
+  EXPECT_TRUE(FaultInjected());
+  EXPECT_FALSE(ShouldInjectFault(FaultPoint::kReceive));  // once only
+  EXPECT_THAT(std::string(InjectedFaultError(absl::StatusCode::kUnavailable, FaultPoint::kReceive, "read").message()),
+              HasSubstr("injected fault: receive 2"));
+  DisarmFaults();
+  EXPECT_FALSE(ShouldInjectFault(FaultPoint::kReceive));
+  EXPECT_ERROR(ArmFaultFromString("disk:3"), absl::StatusCode::kInvalidArgument, "unknown point 'disk'");
+  EXPECT_ERROR(ArmFaultFromString("send:0"), absl::StatusCode::kInvalidArgument, "N >= 1");
+  EXPECT_ERROR(ArmFaultFromString("send"), absl::StatusCode::kInvalidArgument, "POINT:N");
+  ASSERT_OK(ArmFaultFromString(""));
+}
+
+// Tests every fault point of the program, one at a time: the Nth
+// allocation, submission, send and receive for every N the program reaches.
+TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
+  auto islands = StartIslands();
+  ASSERT_NE(islands, nullptr);
+  ASSERT_OK_AND_ASSIGN(ProgramDef def, WalkProgram());
+
+  // A first episode warms what stays (pipelines, the links between the
+  // islands, the protobuf runtime); what is held after it is the baseline.
+  ASSERT_OK(RunEpisode(*islands, def, 1));
+  const Held baseline = Quiesce(*islands);
+  CountFaultPoints();
+  ASSERT_OK(RunEpisode(*islands, def, 1));
+  int64_t calls[kFaultPointCount];
+  for (int p = 0; p < kFaultPointCount; ++p) calls[p] = FaultPointCalls(static_cast<FaultPoint>(p));
+  DisarmFaults();
+  {
+    Held settled = SettleTo(*islands, baseline);
+    ASSERT_EQ(settled, baseline) << "without faults: " << settled.ToString() << "; baseline " << baseline.ToString();
+  }
+  for (int p = 0; p < kFaultPointCount; ++p) {
+    ASSERT_GT(calls[p], 0) << FaultPointName(static_cast<FaultPoint>(p));
+  }
+
+  // CAUSEWAY_FAULT_WALK=POINT:N walks that point only, from N on (to study
+  // one).
+  int only_point = -1;
+  int64_t only_n = 0;
+  if (const char* only = std::getenv("CAUSEWAY_FAULT_WALK"); only != nullptr) {
+    ASSERT_OK(ArmFaultFromString(only));
+    for (int p = 0; p < kFaultPointCount; ++p) {
+      if (absl::StartsWith(only, FaultPointName(static_cast<FaultPoint>(p)))) only_point = p;
+    }
+    only_n = std::atoll(std::strchr(only, ':') + 1);
+    DisarmFaults();
+  }
+  int walked = 0;
+  for (int p = 0; p < kFaultPointCount; ++p) {
+    const FaultPoint point = static_cast<FaultPoint>(p);
+    if (only_point >= 0 && p != only_point) continue;
+    int failed = 0, injected = 0;
+    for (int64_t n = only_point >= 0 ? only_n : 1; n <= calls[p]; ++n) {
+      SCOPED_TRACE(absl::StrCat(FaultPointName(point), " ", n, " of ", calls[p]));
+      ArmFault(point, n);
+      const absl::Status status = RunEpisode(*islands, def, static_cast<int>(10 + n));
+      const bool hit = FaultInjected();
+      DisarmFaults();
+      if (std::getenv("CAUSEWAY_FAULT_WALK_VERBOSE") != nullptr) {
+        std::printf("%s %lld: %s\n", FaultPointName(point), static_cast<long long>(n), status.ToString().c_str());
+        std::fflush(stdout);
+      }
+      ++walked;
+      injected += hit;
+      // Never a hang (every wait above has a deadline), never a wrong result.
+      EXPECT_FALSE(absl::IsDeadlineExceeded(status)) << status;
+      EXPECT_THAT(std::string(status.message()), ::testing::Not(HasSubstr("wrong result")));
+      if (!hit) EXPECT_OK(status);
+      failed += !status.ok();
+      // The islands lost nothing: the next controller is served in full, and
+      // then everything is back where it was.
+      const absl::Status next = RunEpisode(*islands, def, 2);
+      EXPECT_TRUE(next.ok()) << next << "; after the fault: " << status;
+      Held settled = SettleTo(*islands, baseline);
+      EXPECT_EQ(settled, baseline) << "after " << status << ": " << settled.ToString() << "; baseline "
+                                   << baseline.ToString();
+      if (::testing::Test::HasFailure()) return;
+    }
+    if (only_point >= 0) return;
+    std::printf("%s: %lld points walked, %d faults injected, %d reached the controller as errors\n",
+                FaultPointName(point), static_cast<long long>(calls[p]), injected, failed);
+    // Every point the program counted was reached again, and its failure
+    // was seen by the controller (a fault off the program's path, e.g. on a
+    // link after the last result, may pass unnoticed; most may not).
+    EXPECT_EQ(injected, calls[p]) << FaultPointName(point);
+    EXPECT_GT(failed, calls[p] / 2) << FaultPointName(point);
+  }
+  std::printf("%d fault points walked\n", walked);
+}
+
+}  // namespace
+}  // namespace causeway::transport
