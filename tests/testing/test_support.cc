@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +30,15 @@ class ValidationListener : public ::testing::EmptyTestEventListener {
 };
 
 }  // namespace
+
+int CountEntries(const char* dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
 
 RuntimeOptions TestOptions(int accelerators) {
   RuntimeOptions o;

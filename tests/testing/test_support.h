@@ -32,6 +32,10 @@ inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
 
 using ::causeway::reference::RandomFloats;
 
+// Entries of a directory: /proc/self/fd (open descriptors) or /proc/self/task
+// (threads), for leak checks.
+int CountEntries(const char* dir);
+
 // Runs each body on a thread of its own and joins them. A body still running
 // after `limit` is a deadlock: it is reported and the process ends at once,
 // since a stuck thread can be neither joined nor abandoned safely.

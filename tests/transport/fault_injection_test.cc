@@ -34,21 +34,13 @@
 namespace causeway::transport {
 namespace {
 
+using ::causeway::testing::CountEntries;
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(20);
 constexpr int kRows = 32, kCols = 32;
-
-int CountEntries(const char* dir) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    (void)e;
-    ++n;
-  }
-  return n;
-}
 
 // Heartbeats rare enough that the calls counted are the program's own, and
 // a peer that goes quiet is noticed well inside kWait.

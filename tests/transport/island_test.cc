@@ -38,6 +38,7 @@
 namespace causeway::transport {
 namespace {
 
+using ::causeway::testing::CountEntries;
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
 using ::testing::HasSubstr;
@@ -508,15 +509,6 @@ TEST(IslandServerTest, MalformedTrafficLeavesOtherPeersServed) {
     ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
     ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
   }
-}
-
-int CountEntries(const char* dir) {
-  int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    (void)e;
-    ++n;
-  }
-  return n;
 }
 
 // Tests that a controller can connect again after another went away, and
