@@ -29,8 +29,12 @@
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
 #include "tests/testing/test_support.h"
+#include "scheduler/split.h"
+#include "transport/connection.h"
+#include "transport/control.pb.h"
 #include "transport/controller.h"
 #include "transport/frame.h"
+#include "transport/island.pb.h"
 #include "transport/socket.h"
 #include "transport/island_process.h"
 #include "transport/island_server.h"
@@ -212,6 +216,107 @@ TEST(IslandServerTest, TwoIslandProgramMatchesOneProcess) {
     std::vector<float> want = Reference(inputs[r]);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
   }
+}
+
+// Tests that two controllers running the same program over the same two
+// islands at once each get their own results: the value that crosses from
+// one island to the other goes to the run of the controller that sent it,
+// though each controller numbers its channels and runs on its own.
+TEST(IslandServerTest, ControllersSharingIslandsGetTheirOwnValues) {
+  auto a = StartIsland("isl-a", 2), b = StartIsland("isl-b", 2);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  std::vector<Cluster> controllers(2);
+  for (Cluster& c : controllers) {
+    ASSERT_OK_AND_ASSIGN(c.controller, Controller::Connect({a->address(), b->address()}));
+    ASSERT_OK_AND_ASSIGN(c.ma, c.controller->AllocateMesh(0, {2}));
+    ASSERT_OK_AND_ASSIGN(c.mb, c.controller->AllocateMesh(1, {2}));
+    ASSERT_OK_AND_ASSIGN(c.program, c.controller->Load(PipelineDef(), {{"a", c.ma}, {"b", c.mb}}));
+  }
+  constexpr int kRuns = 3;
+  std::vector<Inputs> inputs;
+  std::vector<RemoteRun> runs;
+  for (int r = 0; r < kRuns; ++r) {
+    for (size_t i = 0; i < controllers.size(); ++i) {
+      inputs.push_back(MakeInputs(static_cast<int>(100 * i + 10 * r)));
+      RemoteInputs in = Upload(controllers[i], inputs.back());
+      ASSERT_OK_AND_ASSIGN(RemoteRun run, controllers[i].controller->Execute(controllers[i].program,
+                                                                             {in.x, in.y, in.w}));
+      runs.push_back(run);
+    }
+  }
+  for (size_t k = 0; k < runs.size(); ++k) {
+    SCOPED_TRACE(absl::StrCat("run ", k));
+    Controller& c = *controllers[k % controllers.size()].controller;
+    ASSERT_OK(runs[k].done.AwaitStatus(absl::Now() + kRunTimeout));
+    std::vector<float> got(kRows * kCols);
+    ASSERT_OK(c.Download(runs[k].outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+    std::vector<float> want = Reference(inputs[k]);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i]))) << "element " << i;
+    }
+  }
+}
+
+// An IslandRequest on a raw connection to an island, as a controller sends it.
+absl::StatusOr<IslandResponse> CallIsland(Connection& connection, const IslandRequest& in) {
+  Request request;
+  request.set_island(in.SerializeAsString());
+  ASSIGN_OR_RETURN(Response response, connection.Call(request, absl::Now() + kRunTimeout));
+  IslandResponse out;
+  if (!out.ParseFromString(response.island())) return absl::DataLossError("an island response that does not decode");
+  return out;
+}
+
+// Tests that an island refuses a program that would receive on a channel id
+// another program there receives on (it would take that program's values),
+// naming the channel, and that the id is free again once the session that
+// held it has ended.
+TEST(IslandServerTest, ChannelIdTakenByAnotherSessionIsRefused) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-b";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  // Island b's part of the pipeline: it receives t from isl-a.
+  ProgramDef whole = PipelineDef();
+  whole.mutable_meshes(0)->set_island("isl-a");
+  whole.mutable_meshes(1)->set_island("isl-b");
+  ASSERT_OK_AND_ASSIGN(SplitProgram split, SplitByIsland(whole, /*first_channel_id=*/777));
+  ASSERT_EQ(split.channels.size(), 1u);
+  const ProgramPart* part = nullptr;
+  for (const ProgramPart& p : split.parts) {
+    if (p.island == "isl-b") part = &p;
+  }
+  ASSERT_NE(part, nullptr);
+  auto connect = [&](const std::string& name) {
+    ClientHandshakeOptions handshake;
+    handshake.name = name;
+    return Connection::Connect(where, handshake, ConnectionOptions{});
+  };
+  auto load = [&](Connection& c) -> absl::Status {
+    IslandRequest mesh;
+    mesh.mutable_allocate_mesh()->add_dims(2);
+    ASSIGN_OR_RETURN(IslandResponse m, CallIsland(c, mesh));
+    IslandRequest in;
+    LoadProgram* lp = in.mutable_load_program();
+    lp->set_program(part->def.SerializeAsString());
+    (*lp->mutable_meshes())["b"] = m.id();
+    ChannelEnd* end = lp->add_channels();
+    end->set_id(split.channels[0].id);
+    end->set_send(false);
+    end->set_peer_name("isl-a");
+    end->set_peer_address("127.0.0.1:1");
+    return CallIsland(c, in).status();
+  };
+  ASSERT_OK_AND_ASSIGN(auto first, connect("first"));
+  ASSERT_OK_AND_ASSIGN(auto second, connect("second"));
+  ASSERT_OK(load(*first));
+  EXPECT_ERROR(load(*second), absl::StatusCode::kAlreadyExists, "channel 777", "isl-b");
+  first.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server->sessions() > 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_EQ(server->sessions(), 1u);
+  EXPECT_OK(load(*second));
 }
 
 // Tests that a run the island cannot start (an input released before it)
