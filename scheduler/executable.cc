@@ -371,6 +371,33 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   return run;
 }
 
+Future<> Executable::Arrival(RunState& run, size_t g) {
+  const auto& steps = program_->steps();
+  const ProgramStep& head = steps[groups_[g].first];
+  if (head.kind != ProgramStep::kReceive) return Future<>();
+  if (run.arrivals_.size() != groups_.size()) run.arrivals_.resize(groups_.size());
+  Future<>& arrived = run.arrivals_[g];
+  if (arrived.valid()) return arrived;
+  if (run.instance_ == nullptr) {
+    arrived = Future<>::Ready(absl::FailedPreconditionError("the run has ended"));
+    return arrived;
+  }
+  const Mesh& mesh = GangCallMesh(g);
+  const Array& value = *run.values_[head.outputs[0]];
+  std::vector<Channel::Target> targets;
+  for (int d = 0; d < mesh.size(); ++d) {
+    absl::StatusOr<std::shared_ptr<Buffer>> shard = value.shard(d);
+    if (!shard.ok()) {
+      arrived = Future<>::Ready(shard.status());
+      return arrived;
+    }
+    targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
+                       (*shard)->host_coherent() ? *shard : run.instance_->scratch[groups_[g].first][d][0]});
+  }
+  arrived = head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets));
+  return arrived;
+}
+
 absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g,
                                                                const std::function<void(int64_t)>& on_device_time,
                                                                std::vector<int>* commands) {
@@ -385,18 +412,9 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   const std::vector<int>& external = external_inputs_[g];
   std::vector<Future<>> futures;
   const ProgramStep& head = steps[first];
-  // A receive: every device waits until the channel has filled its staging.
-  Future<> arrived;
-  if (head.kind == ProgramStep::kReceive) {
-    const Array& value = *run.values_[head.outputs[0]];
-    std::vector<Channel::Target> targets;
-    for (int d = 0; d < mesh.size(); ++d) {
-      ASSIGN_OR_RETURN(auto shard, value.shard(d));
-      targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
-                         shard->host_coherent() ? shard : inst->scratch[first][d][0]});
-    }
-    arrived = head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets));
-  }
+  // A receive: every device waits until the channel has filled its staging
+  // (by now it has, when the scheduler waited for Arrival).
+  Future<> arrived = Arrival(run, g);
   std::vector<Future<>> sends;
   for (int d = 0; d < mesh.size(); ++d) {
     Accelerator* acc = mesh.device(d);

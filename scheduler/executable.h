@@ -114,6 +114,13 @@ class RunState {
   std::shared_ptr<ExecutableInstance> instance_;
   std::vector<ArrayRef> values_;  // per program value
   size_t next_step_ = 0;          // guarded by the scheduler's lock
+  // Its next gang call is a receive whose value has not come yet: the
+  // scheduler places it once it has (Executable::Arrival says why). Guarded
+  // by the scheduler's lock.
+  bool waiting_ = false;
+  // Per gang call headed by a receive, once asked for: the value's arrival.
+  // Touched only by the dispatching thread.
+  std::vector<Future<>> arrivals_;
   // Per program step, its submissions' futures (one per device of its mesh),
   // set as it is dispatched; read by later collective phases. Touched only by
   // the dispatching thread.
@@ -141,6 +148,16 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // takes the next of this executable's own count (1, 2, ...).
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
                                                     std::vector<ArrayRef>* outputs, uint64_t tag = 0);
+  // For gang call `g` of `run` headed by a receive: asks the channel for the
+  // run's value (once; later calls return the same future), which resolves
+  // when the value is in place. An invalid future for any other gang call.
+  // The scheduler places such a call in the gang order only once its value
+  // has arrived, so that no device ever waits in its queue for another
+  // island: runs of several controllers reach islands in different orders,
+  // and a device holding a receive of one run would hold up, behind it, the
+  // sends that the other island needs before it sends that value. Called
+  // by the dispatching thread, like DispatchStep.
+  Future<> Arrival(RunState& run, size_t g);
   // Submits gang call `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one at a time, in the gang order.
   // `on_device_time`, if set, gets each device's measured time (ns) as its

@@ -22,6 +22,10 @@ GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dis
       dispatch_ahead_(std::max(1, dispatch_ahead)),
       island_(std::move(island)),
       instance_(NextInstance()) {
+  {
+    absl::MutexLock lock(&waker_->mu);
+    waker_->scheduler = this;
+  }
   thread_ = std::thread([this] {
     Tracer::NameThread(absl::StrCat("dispatcher ", island_));
     Loop();
@@ -29,6 +33,12 @@ GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dis
 }
 
 GangScheduler::~GangScheduler() {
+  {
+    // After this no arrival reaches the scheduler (one under way has
+    // returned: it holds the waker's lock while it runs).
+    absl::MutexLock lock(&waker_->mu);
+    waker_->scheduler = nullptr;
+  }
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -117,12 +127,23 @@ void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
   run->executable()->FinishDispatch(*run, absl::CancelledError("the client closed before its run was queued"), 0);
 }
 
+bool GangScheduler::ReadyLocked(const RunState& run) const {
+  if (run.waiting_) return false;
+  auto c = clients_.find(run.client());
+  return c != clients_.end() && !c->second.runs.empty() && c->second.runs.front().get() == &run;
+}
+
 std::shared_ptr<RunState> GangScheduler::PickLocked() {
-  if (policy_ == SchedulingPolicy::kFifo) return fifo_.empty() ? nullptr : fifo_.front();
+  if (policy_ == SchedulingPolicy::kFifo) {
+    for (const auto& run : fifo_) {
+      if (ReadyLocked(*run)) return run;
+    }
+    return nullptr;
+  }
   ClientQueue* best = nullptr;
   double best_pass = 0;
   for (auto& [id, q] : clients_) {
-    if (q.runs.empty()) continue;
+    if (q.runs.empty() || q.runs.front()->waiting_) continue;
     double p = q.pass();
     if (best == nullptr || p < best_pass) best = &q, best_pass = p;
   }
@@ -135,6 +156,22 @@ void GangScheduler::Drain(const RunState* until) {
   while (!stop_) {
     std::shared_ptr<RunState> run = PickLocked();
     if (run == nullptr) break;
+    // A receive goes in the order once its value is here; until then the
+    // run waits aside. (Asked for under the lock, so that RemoveClient
+    // cannot finish the run meanwhile; a channel resolves nothing of the
+    // scheduler's from inside Receive.)
+    Future<> arrival = run->executable()->Arrival(*run, run->next_step_);
+    if (arrival.valid() && !arrival.IsReady()) {
+      run->waiting_ = true;
+      mu_.Unlock();
+      // May run at once, here, if the value has come since.
+      arrival.OnReady([waker = waker_, run](const absl::Status&) {
+        absl::MutexLock lock(&waker->mu);
+        if (waker->scheduler != nullptr) waker->scheduler->Arrived(run);
+      });
+      mu_.Lock();
+      continue;
+    }
     ClientQueue& q = clients_[run->client()];
     q.calls++;
     uint64_t sequence = ++sequence_;
@@ -242,11 +279,17 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
   return futures;
 }
 
+void GangScheduler::Arrived(const std::shared_ptr<RunState>& run) {
+  // The dispatcher thread sees the run ready again when this unlocks.
+  absl::MutexLock lock(&mu_);
+  run->waiting_ = false;
+}
+
 void GangScheduler::Loop() {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || (!dispatching_ && !fifo_.empty());
+      return stop_ || (!dispatching_ && PickLocked() != nullptr);
     };
     mu_.Await(absl::Condition(&work));
     if (stop_) return;

@@ -12,6 +12,11 @@
 // at dispatch by the measured average of its earlier runs and corrected by
 // its own measurement when it retires, so calls of any cost share fairly.
 //
+// A gang call headed by a receive (a value from another island) takes its
+// place in the order only once the value has arrived (Executable::Arrival
+// says why); meanwhile its run, and the client's later runs, which may read
+// its outputs, wait out of the way, and other clients' runs go on.
+//
 // Dispatch: a dispatcher thread drains the queues. When the scheduler is idle
 // the submitting thread dispatches its own run at once (no hand-off to the
 // dispatcher thread on the critical path); the gang order is unchanged since
@@ -93,8 +98,11 @@ class GangScheduler {
   };
   // The least pass of the clients with queued work other than `except`; -1 if none.
   double MinPassLocked(ClientId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Picks the run whose next step goes next; null when nothing is queued.
+  // Picks the run whose next step goes next; null when nothing is queued
+  // but runs waiting for a value (and the client's runs after them).
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `run` may go next: the first of its client's runs, not waiting.
+  bool ReadyLocked(const RunState& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dispatches step `s` of `run` (waiting for room on its accelerators);
   // its futures, one per device of the mesh.
   absl::StatusOr<std::vector<Future<>>> DispatchNext(RunState& run, size_t s, uint64_t sequence, bool contended,
@@ -104,6 +112,15 @@ class GangScheduler {
   // `until` (if not null) is fully dispatched.
   void Drain(const RunState* until) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
+
+  // How a value's arrival reaches the scheduler: through this, which the
+  // scheduler detaches when it is destroyed, since an arrival may come later.
+  struct Waker {
+    absl::Mutex mu;
+    GangScheduler* scheduler ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  // The value `run` waits for has arrived (or failed): it may go again.
+  void Arrived(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SchedulingPolicy policy_;
   const DispatchMode mode_;
@@ -124,6 +141,7 @@ class GangScheduler {
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool record_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<GangCall> order_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::thread thread_;
 };
 

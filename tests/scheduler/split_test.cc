@@ -93,27 +93,33 @@ const NodeDef* FindNode(const ProgramDef& def, const std::string& name) {
 
 // --- running ---------------------------------------------------------------------------
 
-// Islands of one process, each over a runtime of its own, and a client of each.
+// Islands of one process, each over a runtime of its own, and a client of
+// each for every controller (controllers of their own load and run the same
+// programs side by side).
 class Islands {
  public:
-  explicit Islands(const std::vector<std::pair<std::string, int>>& islands) {
+  explicit Islands(const std::vector<std::pair<std::string, int>>& islands, int controllers = 1) {
     for (const auto& [name, devices] : islands) {
       runtimes_.push_back(MakeRuntime(devices));
       IslandOptions options;
       options.name = name;
       islands_.push_back(*Island::Create(runtimes_.back().get(), options));
-      clients_[name] = *islands_.back()->Connect("controller");
+      for (int c = 0; c < controllers; ++c) {
+        clients_[{name, c}] = *islands_.back()->Connect(absl::StrCat("controller ", c));
+      }
     }
   }
   ~Islands() {
     for (auto& [name, client] : clients_) client->Close();
   }
-  const std::shared_ptr<Client>& client(const std::string& island) { return clients_.at(island); }
+  const std::shared_ptr<Client>& client(const std::string& island, int controller = 0) {
+    return clients_.at({island, controller});
+  }
 
  private:
   std::vector<std::unique_ptr<Runtime>> runtimes_;
   std::vector<std::unique_ptr<Island>> islands_;
-  std::map<std::string, std::shared_ptr<Client>> clients_;
+  std::map<std::pair<std::string, int>, std::shared_ptr<Client>> clients_;
 };
 
 // A program ready to run: either one program on one island, or the parts of
@@ -142,7 +148,8 @@ absl::Status LoadPart(Loaded& loaded, const std::shared_ptr<Client>& client, con
   return absl::OkStatus();
 }
 
-absl::StatusOr<Loaded> LoadSplit(const ProgramDef& def, const SplitProgram& split, Islands& islands) {
+absl::StatusOr<Loaded> LoadSplit(const ProgramDef& def, const SplitProgram& split, Islands& islands,
+                                 int controller = 0) {
   Loaded loaded;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>> channels;
   for (const ChannelSpec& c : split.channels) {
@@ -151,7 +158,7 @@ absl::StatusOr<Loaded> LoadSplit(const ProgramDef& def, const SplitProgram& spli
     loaded.channels.push_back(std::move(channel));
   }
   for (const ProgramPart& part : split.parts) {
-    RETURN_IF_ERROR(LoadPart(loaded, islands.client(part.island), part.def, channels));
+    RETURN_IF_ERROR(LoadPart(loaded, islands.client(part.island, controller), part.def, channels));
   }
   loaded.outputs = split.outputs;
   loaded.output_names = {def.outputs().begin(), def.outputs().end()};
@@ -373,6 +380,92 @@ TEST(SplitTest, DataParallelBothWaysEqualsCpu) {
       ASSERT_EQ(got[r].at("t_b")[i], want) << "run " << r << " element " << i;
     }
   }
+}
+
+// Tests that two controllers' runs of a program whose values cross both ways
+// between two islands all finish, though each island takes them in the
+// other's order (each controller reaches each island on its own, so nothing
+// orders their runs across islands): on island a controller 0's run comes
+// first, on island b controller 1's. Were a run's receive placed on its
+// island's devices before its value had come, island a's devices would wait
+// for controller 0's value from b, which b computes only after controller
+// 1's receive, whose value a sends only after controller 0's receive.
+TEST(SplitTest, ControllersQueuedInOppositeOrdersOnTwoIslandsDoNotDeadlock) {
+  constexpr int64_t kShard = 1024;
+  ProgramDef def;
+  def.set_name("data-parallel");
+  AddMesh(def, "ga", "a", {2});
+  AddMesh(def, "gb", "b", {2});
+  *def.add_functions() = ElementwiseDef("add", "add", {kShard});
+  AddParameter(def, "grad_a", "ga", {2 * kShard}, Sharding::Split(0));
+  AddParameter(def, "grad_b", "gb", {2 * kShard}, Sharding::Split(0));
+  AddAllReduce(def, "reduce_a", "ga", "grad_a", "sum_a");
+  AddAllReduce(def, "reduce_b", "gb", "grad_b", "sum_b");
+  AddCall(def, "total_a", "add", "ga", {"sum_a", "sum_b"}, {"t_a"});
+  AddCall(def, "total_b", "add", "gb", {"sum_b", "sum_a"}, {"t_b"});
+  def.add_outputs("t_a");
+  def.add_outputs("t_b");
+  ASSERT_OK_AND_ASSIGN(SplitProgram split, SplitByIsland(def, 1));
+  ASSERT_EQ(split.parts[0].island, "a");
+  Islands islands({{"a", 2}, {"b", 2}}, /*controllers=*/2);
+  std::vector<Loaded> controllers;
+  for (int c = 0; c < 2; ++c) {
+    ASSERT_OK_AND_ASSIGN(Loaded loaded, LoadSplit(def, split, islands, c));
+    controllers.push_back(std::move(loaded));
+  }
+  constexpr int kRounds = 4;
+  // [round][controller][part]
+  std::vector<std::vector<std::vector<Execution>>> runs(kRounds, std::vector<std::vector<Execution>>(2));
+  std::vector<std::vector<HostValues>> inputs(kRounds, std::vector<HostValues>(2));
+  auto queue = [&](int round, int c, int part) -> absl::Status {
+    const Loaded& loaded = controllers[c];
+    const Program& program = *loaded.programs[part];
+    Client& client = *loaded.clients[part];
+    std::vector<ArrayRef> arrays;
+    for (int id : program.parameters()) {
+      const ProgramValue& v = program.values()[id];
+      ASSIGN_OR_RETURN(ArrayRef array, client.CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
+      const std::vector<float>& host = inputs[round][c].at(v.name);
+      RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
+      arrays.push_back(std::move(array));
+    }
+    runs[round][c].resize(2);
+    ASSIGN_OR_RETURN(runs[round][c][part],
+                     client.Execute(loaded.executables[part], arrays, {.tag = uint64_t(round + 1)}));
+    return absl::OkStatus();
+  };
+  RunConcurrently(
+      {[&] {
+        for (int round = 0; round < kRounds; ++round) {
+          for (int c = 0; c < 2; ++c) {
+            inputs[round][c] = {{"grad_a", reference::RandomFloats(2 * kShard, 100 * c + round)},
+                                {"grad_b", reference::RandomFloats(2 * kShard, 100 * c + 50 + round)}};
+          }
+          // Island a (part 0): controller 0, then 1; island b: 1, then 0.
+          ASSERT_OK(queue(round, 0, 0));
+          ASSERT_OK(queue(round, 1, 1));
+          ASSERT_OK(queue(round, 1, 0));
+          ASSERT_OK(queue(round, 0, 1));
+        }
+        for (int round = 0; round < kRounds; ++round) {
+          for (int c = 0; c < 2; ++c) {
+            for (int part = 0; part < 2; ++part) {
+              ASSERT_OK(runs[round][c][part].Await(absl::Now() + kRunTimeout));
+            }
+            const std::vector<float>& ga = inputs[round][c].at("grad_a");
+            const std::vector<float>& gb = inputs[round][c].at("grad_b");
+            for (int part = 0; part < 2; ++part) {
+              std::vector<float> got(kShard);
+              ASSERT_OK(runs[round][c][part].outputs[0]->Download(got.data(), got.size() * sizeof(float)));
+              for (int64_t i = 0; i < kShard; ++i) {
+                ASSERT_EQ(got[i], (ga[i] + ga[kShard + i]) + (gb[i] + gb[kShard + i]))
+                    << "round " << round << " controller " << c << " part " << part << " element " << i;
+              }
+            }
+          }
+        }
+      }},
+      kDeadlockLimit, "two controllers over two islands, queued in opposite orders");
 }
 
 // Tests the layouts across islands: x, split along axis 1, is resharded on
