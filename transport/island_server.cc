@@ -721,6 +721,7 @@ IslandServer::~IslandServer() {
     absl::MutexLock lock(&mu_);
     sessions.swap(sessions_);
     peers_.clear();
+    retired_links_.clear();
   }
   for (auto& s : sessions) s->Teardown(absl::CancelledError(absl::StrCat("island '", options_.name, "' shut down")));
   sessions.clear();
@@ -786,12 +787,40 @@ void IslandServer::ReapLoop() {
       s->Teardown(why);
       if (!s->peer_name().empty()) PeerLost(s->peer_name(), why);
     }
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& s : ended) {
+        auto it = std::find(sessions_.begin(), sessions_.end(), s);
+        if (it != sessions_.end()) sessions_.erase(it);
+      }
+    }
+    RetireLinks();
+  }
+}
+
+void IslandServer::RetireLinks() {
+  std::vector<std::shared_ptr<PeerLink>> unused;
+  {
     absl::MutexLock lock(&mu_);
-    for (auto& s : ended) {
-      auto it = std::find(sessions_.begin(), sessions_.end(), s);
-      if (it != sessions_.end()) sessions_.erase(it);
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (it->second->connection().status().ok()) {
+        ++it;
+        continue;
+      }
+      retired_links_.push_back(std::move(it->second));
+      peers_.erase(it++);
+    }
+    // Held only here, a link cannot be taken again: the count stays 1.
+    for (auto it = retired_links_.begin(); it != retired_links_.end();) {
+      if (it->use_count() == 1) {
+        unused.push_back(std::move(*it));
+        it = retired_links_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
+  unused.clear();  // joins their threads, outside the lock
 }
 
 absl::Status IslandServer::AddReceivers(const std::vector<std::shared_ptr<Receiver>>& receivers) {
@@ -843,8 +872,18 @@ absl::StatusOr<std::shared_ptr<IslandServer::PeerLink>> IslandServer::Peer(const
   handshake.secret = options_.secret;
   ASSIGN_OR_RETURN(auto connection, Connection::Connect(where, handshake, options_.connection));
   auto link = std::make_shared<PeerLink>(std::move(connection));
+  std::shared_ptr<PeerLink> spare;  // destroyed after the lock is released
   absl::MutexLock lock(&mu_);
-  peers_[address] = link;
+  std::shared_ptr<PeerLink>& entry = peers_[address];
+  if (entry != nullptr && entry->connection().status().ok()) {
+    // Another program's load connected meanwhile: one link per peer.
+    spare = std::move(link);
+    return entry;
+  }
+  // A failed link at the same address (the peer restarted on its port) may
+  // still be held by senders: the reaper destroys it.
+  if (entry != nullptr) retired_links_.push_back(std::move(entry));
+  entry = link;
   return link;
 }
 

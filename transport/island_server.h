@@ -98,6 +98,9 @@ class IslandServer {
   absl::StatusOr<std::shared_ptr<PeerLink>> Peer(const std::string& address);
   // A session ended: fail every receive waiting on what its peer sends.
   void PeerLost(const std::string& peer_name, const absl::Status& why);
+  // Moves links to lost peers out of peers_ and destroys the retired ones
+  // nothing holds any more.
+  void RetireLinks() ABSL_LOCKS_EXCLUDED(mu_);
 
   Runtime* runtime_;
   IslandServerOptions options_;
@@ -113,6 +116,10 @@ class IslandServer {
   std::vector<std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Receiver>> receivers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
+  // Links whose peer is gone, out of peers_ (a peer started again comes at
+  // another address): programs' senders may still hold them, so the reaper
+  // destroys each once nothing else does, never its own sender thread.
+  std::vector<std::shared_ptr<PeerLink>> retired_links_ ABSL_GUARDED_BY(mu_);
   friend class Session;
 };
 

@@ -688,6 +688,53 @@ TEST(IslandServerTest, ServerLeaksNothingAcrossSessions) {
   EXPECT_EQ(rt->accelerator(0)->memory_in_use(), memory);
 }
 
+// Tests that an island lets go of its links to peer islands that died: a
+// peer killed and started again on another port, run after run, leaves no
+// descriptor or thread of its old links behind on the island that sent to
+// it.
+TEST(IslandServerTest, LinksToDeadPeersAreLetGo) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-a";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  const std::string address = server->address().ToString();
+  auto cycle = [&] {
+    auto b = StartIsland("isl-b", 2);
+    ASSERT_NE(b, nullptr);
+    {
+      Cluster c;
+      ASSERT_OK_AND_ASSIGN(c.controller, Controller::Connect({address, b->address()}));
+      ASSERT_OK_AND_ASSIGN(c.ma, c.controller->AllocateMesh(0, {2}));
+      ASSERT_OK_AND_ASSIGN(c.mb, c.controller->AllocateMesh(1, {2}));
+      ASSERT_OK_AND_ASSIGN(c.program, c.controller->Load(PipelineDef(), {{"a", c.ma}, {"b", c.mb}}));
+      Inputs in = MakeInputs(7);
+      RemoteInputs remote = Upload(c, in);
+      ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+      ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+    }
+    b->Signal(SIGKILL);
+    b.reset();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (server->sessions() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_EQ(server->sessions(), 0u);
+  };
+  // Descriptors and threads settle once the reaper has seen the peer go.
+  auto settle_at = [](int fds, int threads) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while ((CountEntries("/proc/self/fd") != fds || CountEntries("/proc/self/task") != threads) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  };
+  cycle();
+  absl::SleepFor(absl::Seconds(1));
+  const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+  for (int i = 0; i < 3; ++i) cycle();
+  settle_at(fds, threads);
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+}
+
 // Tests `causeway launch -n 2`: two islands register with the coordinator, a
 // controller finds them through it and runs a program across both; SIGTERM
 // to the launcher stops them.
