@@ -29,6 +29,8 @@ const Command kCommands[] = {
     {"run", "run a program described in a program file", causeway::cli::RunCommand},
     {"trace", "read a trace file: summarize it, check its gang order", causeway::cli::TraceCommand},
     {"bench", "run the benchmark suite; write results, plots and BENCHMARKS.md", causeway::cli::BenchCommand},
+    {"soak", "run clients over two islands for a while, killing and restarting islands; check it holds",
+     causeway::cli::SoakCommand},
 };
 
 void PrintHelp(FILE* out) {

@@ -16,6 +16,7 @@ int IslandCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int TraceCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);
+int SoakCommand(const std::vector<std::string>& args);
 
 }  // namespace causeway::cli
 

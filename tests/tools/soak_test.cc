@@ -1,0 +1,136 @@
+// Tests of `causeway soak` (tools/soak_command.cc), the real binary on a short
+// run with fast kills: what its report says of programs, kills, recovery and
+// futures. Timings are generous (the suite also runs under sanitizers) and
+// nothing here depends on speed.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace causeway {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs the causeway binary with `args`, stdout and stderr to files.
+Result RunCli(const std::vector<std::string>& args) {
+  static int count = 0;
+  const std::string base = absl::StrCat(::testing::TempDir(), "/soak_test_", getpid(), "_", count++);
+  const std::string out_path = base + ".out", err_path = base + ".err";
+  std::vector<std::string> all = {CAUSEWAY_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  Result r;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
+  return r;
+}
+
+// The number on the report line that starts with `name` (after the
+// indent), or -1.
+long long ReportValue(const std::string& report, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(report, m, std::regex("\n  " + name + " +([0-9]+)"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// Tests that a short soak with fast kills runs programs, kills and restarts
+// an island, that the clients go on running programs after the last kill,
+// that every future resolved, and that it passes (exit 0).
+TEST(SoakTest, ClientsRecoverFromKilledIslands) {
+  // Kills from 3 s on, none in the last 14 s: time for the last restart and
+  // the clients' reconnects, however slow the build.
+  Result r = RunCli({"soak", "--duration=24s", "--kill-min=3s", "--kill-max=5s", "--settle=14s",
+                     "--report-every=2s", "--timeout=60s", "--device=cpu"});
+  SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_GT(ReportValue(r.out, "programs ok"), 0);
+  EXPECT_GE(ReportValue(r.out, "kills"), 1);
+  EXPECT_EQ(ReportValue(r.out, "restarts"), ReportValue(r.out, "kills"));
+  EXPECT_GT(ReportValue(r.out, "programs after last kill"), 0);
+  EXPECT_EQ(ReportValue(r.out, "unresolved futures"), 0);
+  EXPECT_EQ(ReportValue(r.out, "wrong results"), 0);
+  EXPECT_GT(ReportValue(r.out, "futures issued"), 0);
+  EXPECT_THAT(r.out, HasSubstr("\nsoak: PASS: "));
+  // The table has a row per sample: a progress line every 2 s, and the end.
+  EXPECT_THAT(r.out, HasSubstr("RSS MiB"));
+  EXPECT_THAT(r.out, HasSubstr("flat                      fds "));
+}
+
+// Tests that bad values are refused before anything starts: a message on
+// stderr naming the flag, nothing on stdout, exit 2.
+TEST(SoakTest, BadFlagsAreRefused) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--duration=0s"}, "--duration must be a finite duration > 0, got '0s'"},
+      {{"--duration=-5s"}, "--duration must be a finite duration > 0"},
+      {{"--duration=10"}, "--duration wants a duration such as 30s, 10m or 1h30m, got '10'"},
+      {{"--duration=soon"}, "--duration wants a duration"},
+      {{"--kill-min=20s", "--kill-max=5s"}, "--kill-min (20s) must not exceed --kill-max (5s)"},
+      {{"--kill-min=0s"}, "--kill-min must be a finite duration > 0"},
+      {{"--report-every=inf"}, "--report-every must be a finite duration > 0"},
+      {{"--duration=1m", "--settle=2m"}, "--settle wants a duration from 0 to less than --duration (1m)"},
+      {{"--clients=0"}, "--clients must be in 1..64, got 0"},
+      {{"--size=63"}, "--size must be even"},
+      {{"--accelerators=1"}, "--accelerators (per island) must be at least 2, got 1"},
+      {{"extra"}, "unexpected argument 'extra'"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"soak"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Result r = RunCli(args);
+    SCOPED_TRACE(c.args[0]);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_THAT(r.err, StartsWith("causeway soak: "));
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace causeway
