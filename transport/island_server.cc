@@ -782,10 +782,11 @@ void IslandServer::ReapLoop() {
     }
     // Torn down before they leave the list, so that sessions() counts a
     // session until everything it held is back.
+    std::vector<std::pair<std::string, absl::Status>> gone;
     for (auto& s : ended) {
       absl::Status why = s->status().ok() ? absl::UnavailableError("the session ended") : s->status();
       s->Teardown(why);
-      if (!s->peer_name().empty()) PeerLost(s->peer_name(), why);
+      if (!s->peer_name().empty()) gone.emplace_back(s->peer_name(), why);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -793,6 +794,17 @@ void IslandServer::ReapLoop() {
         auto it = std::find(sessions_.begin(), sessions_.end(), s);
         if (it != sessions_.end()) sessions_.erase(it);
       }
+      sessions = sessions_;
+    }
+    // A peer is lost when its last connection is: one link of a peer that
+    // lives (a spare, given up unused) may end while another carries its
+    // values. A peer that died loses every connection, and is caught when
+    // the reaper has seen them all go (were it back, under its name, before
+    // that, the controllers that lost it cancel their runs here).
+    for (const auto& [name, why] : gone) {
+      bool live = false;
+      for (const auto& s : sessions) live |= s->peer_name() == name && !s->done() && s->status().ok();
+      if (!live) PeerLost(name, why);
     }
     RetireLinks();
   }

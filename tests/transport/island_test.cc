@@ -735,6 +735,47 @@ TEST(IslandServerTest, LinksToDeadPeersAreLetGo) {
   EXPECT_EQ(CountEntries("/proc/self/task"), threads);
 }
 
+// Tests that one connection from a peer island closing, while the peer
+// lives and its other connection still carries values, fails no receive:
+// an island links to a peer once per address, so a second link (two loads
+// that connected at once; one given up when no sender holds it) ends while
+// the first serves on.
+TEST(IslandServerTest, AClosedSpareLinkFromALivePeerFailsNoReceive) {
+  auto rt_a = MakeRuntime(2), rt_b = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-a";
+  ASSERT_OK_AND_ASSIGN(auto a, IslandServer::Create(rt_a.get(), options));
+  options.name = "isl-b";
+  ASSERT_OK_AND_ASSIGN(auto b, IslandServer::Create(rt_b.get(), options));
+  Cluster c;
+  ASSERT_OK_AND_ASSIGN(c.controller, Controller::Connect({a->address().ToString(), b->address().ToString()}));
+  ASSERT_OK_AND_ASSIGN(c.ma, c.controller->AllocateMesh(0, {2}));
+  ASSERT_OK_AND_ASSIGN(c.mb, c.controller->AllocateMesh(1, {2}));
+  ASSERT_OK_AND_ASSIGN(c.program, c.controller->Load(PipelineDef(), {{"a", c.ma}, {"b", c.mb}}));
+  Inputs in = MakeInputs(8);
+  RemoteInputs remote = Upload(c, in);
+  ASSERT_OK_AND_ASSIGN(RemoteRun first, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+  ASSERT_OK(first.done.AwaitStatus(absl::Now() + kRunTimeout));
+  const size_t sessions = b->sessions();  // the controller's and island a's link
+  {
+    // Another connection from island a's name, closed: as a spare link goes.
+    ClientHandshakeOptions handshake;
+    handshake.name = "isl-a";
+    ASSERT_OK_AND_ASSIGN(auto spare, Connection::Connect(b->address(), handshake, ConnectionOptions{}));
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (b->sessions() == sessions && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (b->sessions() > sessions && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(b->sessions(), sessions);
+  ASSERT_OK_AND_ASSIGN(RemoteRun second, c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
+  ASSERT_OK(second.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kRows * kCols);
+  ASSERT_OK(c.controller->Download(second.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+  std::vector<float> want = Reference(in);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
+}
+
 // Tests `causeway launch -n 2`: two islands register with the coordinator, a
 // controller finds them through it and runs a program across both; SIGTERM
 // to the launcher stops them.
