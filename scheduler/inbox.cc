@@ -72,8 +72,18 @@ Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target
     run.done = std::make_shared<Promise<>>();
     future = run.done->future();
     if (run.failed.ok() && !run.early.empty()) {
-      Place(run, 0, run.early.data(), run.total);
-      // Writers still filling parts of it place those parts at their End.
+      // Writers still filling parts of it place those parts at their End;
+      // the rest is placed now, around them (their bytes, being written
+      // without the lock, are not to be read here).
+      std::vector<std::pair<uint64_t, uint64_t>> open;
+      for (const auto& [id, range] : run.open) open.emplace_back(range.offset, range.offset + range.length);
+      std::sort(open.begin(), open.end());
+      uint64_t at = 0;
+      for (const auto& [begin, end] : open) {
+        if (begin > at) Place(run, at, run.early.data() + at, begin - at);
+        at = std::max(at, end);
+      }
+      if (at < run.total) Place(run, at, run.early.data() + at, run.total - at);
       if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
     }
     Settle(tag, run, &done);

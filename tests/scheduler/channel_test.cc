@@ -90,6 +90,30 @@ TEST(InboxTest, ReceiveArrivingMidWriteGetsTheBytes) {
   EXPECT_EQ(inbox.pending(), 0u);
 }
 
+// Tests that a receive expected while another thread still writes an early
+// range leaves that range to its writer (whose End places it) and places
+// the early bytes already in: it reads nothing the writer is writing (under
+// ThreadSanitizer, a race).
+TEST(InboxTest, ReceiveDuringAnEarlyWriteLeavesTheOpenRangeToItsWriter) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  const std::vector<uint8_t> value = Pattern(4096, 5);
+  Inbox inbox("test inbox");
+  ASSERT_OK(inbox.Deliver(4, 2048, 4096, value.data() + 2048, 2048));  // early, complete
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot open, inbox.Begin(4, 0, 2048, 4096));  // early, being written
+  auto targets = Targets(acc, {{0, 4096}});
+  std::thread writer([&] {
+    for (int i = 0; i < 2048; ++i) open.data[i] = value[i];
+  });
+  Future<> done = inbox.Expect(4, 4096, targets);
+  writer.join();
+  EXPECT_FALSE(done.IsReady());
+  inbox.End(open);
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(targets[0]), value);
+  EXPECT_EQ(inbox.pending(), 0u);
+}
+
 // Tests that ranges outside the value, a disagreeing total and too many bytes
 // are refused, and a failed run fails its receive whenever it comes.
 TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
