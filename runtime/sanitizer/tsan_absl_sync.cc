@@ -57,6 +57,22 @@ Fn Real(const char* mangled) {
 void Acquired(const void* mu) { __tsan_acquire(const_cast<void*>(mu)); }
 void Releasing(const void* mu) { __tsan_release(const_cast<void*>(mu)); }
 
+// A condition is evaluated under the lock, but inside the library: by the
+// waiting thread after it has announced giving the lock up (Releasing, in
+// Await below), and by whichever thread unlocks, on the waiter's behalf.
+// Each evaluation is annotated as holding the lock, or what a condition
+// reads would race with what the lock's next holder writes.
+struct HeldCondition {
+  const void* mu;
+  const absl::Condition* condition;
+  static bool Eval(HeldCondition* held) {
+    Acquired(held->mu);
+    const bool met = held->condition->Eval();
+    Releasing(held->mu);
+    return met;
+  }
+};
+
 }  // namespace
 
 namespace absl {
@@ -104,21 +120,27 @@ bool Mutex::ReaderTryLock() {
 // Await gives the lock up while it waits and takes it back before it returns.
 void Mutex::Await(const Condition& cond) {
   REAL(CondFn, "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
   Releasing(this);
-  real(this, cond);
+  real(this, held);
   Acquired(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   REAL(CondTimeoutFn, "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
   Releasing(this);
-  bool met = real(this, cond, timeout);
+  bool met = real(this, held, timeout);
   Acquired(this);
   return met;
 }
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   REAL(CondDeadlineFn, "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
   Releasing(this);
-  bool met = real(this, cond, deadline);
+  bool met = real(this, held, deadline);
   Acquired(this);
   return met;
 }
@@ -126,35 +148,47 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
 // LockWhen and its kin return holding the lock, whatever the condition.
 void Mutex::LockWhen(const Condition& cond) {
   REAL(CondFn, "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  real(this, held);
   Acquired(this);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(CondTimeoutFn, "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  bool met = real(this, cond, timeout);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  bool met = real(this, held, timeout);
   Acquired(this);
   return met;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(CondDeadlineFn, "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  bool met = real(this, cond, deadline);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  bool met = real(this, held, deadline);
   Acquired(this);
   return met;
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   REAL(CondFn, "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  real(this, held);
   Acquired(this);
 }
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(CondTimeoutFn, "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  bool met = real(this, cond, timeout);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  bool met = real(this, held, timeout);
   Acquired(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(CondDeadlineFn, "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  bool met = real(this, cond, deadline);
+  HeldCondition h{this, &cond};
+  const Condition held(&HeldCondition::Eval, &h);
+  bool met = real(this, held, deadline);
   Acquired(this);
   return met;
 }
