@@ -73,6 +73,14 @@ struct HeldCondition {
   }
 };
 
+// Abseil's own lock-order checker keeps its graph under a SpinLock that TSan
+// cannot see, so its bookkeeping would be reported as racing. TSan checks
+// lock order itself; Abseil's checker is turned off before main.
+const bool kAbseilDeadlockCheckOff = [] {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return true;
+}();
+
 }  // namespace
 
 namespace absl {
