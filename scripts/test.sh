@@ -28,7 +28,11 @@ elif [ "${1:-}" = "--tsan" ]; then
   bash scripts/build.sh -DCAUSEWAY_TSAN=ON "${SANITIZER_FLAGS[@]}"
   # What is suppressed, and why, is written in the file.
   export TSAN_OPTIONS="suppressions=$PWD/scripts/tsan.supp halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.' "$@"
+  # The weighted-share tests measure each client's share of device time to
+  # within 5%; TSan slows the dispatching threads several times over and not
+  # evenly, so those shares say nothing about the scheduler there. They run
+  # in the plain and ASan suites.
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.|WeightedShares' "$@"
 else
   bash scripts/build.sh
   ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"

@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
   // about our own code instead of suppressing whole reports.
   dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);
 #endif
+#ifdef __SANITIZE_THREAD__
+  // ThreadSanitizer starts a thread of its own with the process's first
+  // thread; started here, it is there before any test counts threads.
+  std::thread([] {}).join();
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new causeway::testing::ValidationListener());
   return RUN_ALL_TESTS();
