@@ -32,6 +32,18 @@ inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
 
 using ::causeway::reference::RandomFloats;
 
+// A whole file's bytes ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// What a program run by RunProgram did.
+struct ProgramResult {
+  int exit_code = -1;  // 128 + the signal if one ended it
+  std::string out, err;
+};
+// Runs `binary` with `args` (stdin from /dev/null, stdout and stderr
+// captured through files) and waits for it to end.
+ProgramResult RunProgram(const std::string& binary, const std::vector<std::string>& args);
+
 // Entries of a directory: /proc/self/fd (open descriptors) or /proc/self/task
 // (threads), for leak checks.
 int CountEntries(const char* dir);

@@ -8,15 +8,14 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_support.h"
 
 extern char** environ;
 
@@ -26,47 +25,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using ::causeway::testing::ReadFile;
+using Result = ::causeway::testing::ProgramResult;
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the causeway binary with `args`, stdout and stderr to files.
-Result RunCli(const std::vector<std::string>& args) {
-  static int count = 0;
-  const std::string base = absl::StrCat(::testing::TempDir(), "/soak_test_", getpid(), "_", count++);
-  const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> all = {CAUSEWAY_CLI};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  Result r;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
-  return r;
-}
+// Runs the causeway binary with `args`.
+Result RunCli(const std::vector<std::string>& args) { return ::causeway::testing::RunProgram(CAUSEWAY_CLI, args); }
 
 // The number on the report line that starts with `name` (after the
 // indent), or -1.
