@@ -112,6 +112,16 @@ void FillPattern(uint8_t* bytes, uint64_t size) {
   for (uint64_t i = 0; i < size / 4; ++i) words[i] = static_cast<uint32_t>(i) * 2654435761u + seed;
 }
 
+// `accelerators` on the CPU driver (or CAUSEWAY_DEVICE), each with `budget`
+// bytes whatever the heap's share would be.
+RuntimeOptions Options(int accelerators, uint64_t budget) {
+  RuntimeOptions options;
+  options.accelerators = accelerators;
+  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.memory_budget = budget;
+  return options;
+}
+
 // GB/s of `copy` (one copy of `size` bytes) repeated `reps` times, after
 // one untimed copy: each case is timed with its own buffers in the state its
 // repetition leaves them, whichever case ran before (at sizes near the last
@@ -152,6 +162,11 @@ class SizeCase {
     Clear();
     CHECK_OK(to_->Copy(src_, dst_).Await());
     Expect("Accelerator::Copy");
+    if (to_->copy_engine() != nullptr) {
+      Clear();
+      EngineCopy();
+      Expect("the copy engine");
+    }
   }
 
   void Memcpy() {
@@ -160,6 +175,7 @@ class SizeCase {
   }
   void ListCopy() { CHECK_OK(to_->Submit(list_).Await()); }
   void AcceleratorCopy() { CHECK_OK(to_->Copy(src_, dst_).Await()); }
+  void EngineCopy() { CHECK_OK(to_->copy_engine()->Copy(src_, dst_, {{0, 0, size_}}, {}).Await()); }
 
  private:
   void Clear() { CHECK_OK(to_->Submit(clear_).Await()); }
@@ -293,12 +309,126 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs, bench::Report&
   }
 }
 
+// A two-stage pipeline across accelerators 0 and 1, runs streamed: stage
+// one scales x (S bytes) on accelerator 0; its result moves to accelerator 1,
+// where stage two adds w to it `passes` times (one pass reads 2S and writes
+// S). Loaded twice: once with the move as a copy at the head of stage two's
+// command list (accelerator 1's queue copies, then computes) and once by
+// accelerator 1's copy engine (the queue computes run i while the engine
+// moves run i + 1).
+class OverlapCase {
+ public:
+  OverlapCase(Island& island, uint64_t bytes, int passes) : elements_(bytes / 4), passes_(passes) {
+    client_ = Must(island.Connect("overlap"), "Connect");
+    auto a = Must(client_->AllocateMesh({1}), "AllocateMesh");
+    auto b = Must(client_->AllocateMesh({1}), "AllocateMesh");
+    if (a->device(0) == b->device(0)) Die("the two stages got one accelerator");
+    const Shape shape = {static_cast<int64_t>(elements_)};
+    ProgramBuilder builder("overlap");
+    builder.Parameter("x", a, shape, DType::kF32);
+    builder.Parameter("w", b, shape, DType::kF32);
+    builder.Call("scale", Must(Function::Scale(shape, 2.0f), "Scale"), a, {"x"}, {"y"});
+    builder.Call("add", Must(Function::RepeatedAdd(shape, passes), "RepeatedAdd"), b, {"y", "w"}, {"z"});
+    builder.Output("z");
+    auto program = Must(builder.Build(), "Build");
+    Accelerator* to = b->device(0);
+    if (to->copy_engine() == nullptr) Die(absl::StrCat(to->info().name, " has no copy engine (device memory is not host-coherent)"));
+    const uint64_t threshold = to->copy_engine_min_bytes();
+    to->set_copy_engine_min_bytes(UINT64_MAX);
+    in_list_ = Must(client_->Load(program), "Load");
+    to->set_copy_engine_min_bytes(1);
+    by_engine_ = Must(client_->Load(program), "Load");
+    to->set_copy_engine_min_bytes(threshold);
+    engine_ = to->copy_engine();
+    x_ = Must(client_->CreateArray(a, shape, DType::kF32, Sharding::Replicated(), "x"), "CreateArray");
+    w_ = Must(client_->CreateArray(b, shape, DType::kF32, Sharding::Replicated(), "w"), "CreateArray");
+    std::vector<float> host(elements_);
+    for (uint64_t i = 0; i < elements_; ++i) host[i] = static_cast<float>(i % 1000);
+    CHECK_OK(x_->Upload(host.data(), bytes));
+    std::fill(host.begin(), host.end(), 0.5f);
+    CHECK_OK(w_->Upload(host.data(), bytes));
+  }
+  ~OverlapCase() { client_->Close(); }
+
+  // `runs` runs streamed, then awaited; the last run's output is kept.
+  void Stream(bool engine, int runs) {
+    const auto& exe = engine ? by_engine_ : in_list_;
+    std::vector<Execution> pending;
+    for (int r = 0; r < runs; ++r) pending.push_back(Must(client_->Execute(exe, {x_, w_}), "Execute"));
+    for (const Execution& e : pending) CHECK_OK(e.Await());
+    last_ = pending.back();
+  }
+  // Checks both executables against the CPU, and that the engine moved the
+  // second's bytes (and not the first's).
+  void Verify() {
+    for (bool engine : {false, true}) {
+      const uint64_t before = engine_->copies();
+      Stream(engine, 2);
+      const uint64_t copies = engine_->copies() - before;
+      if (copies != (engine ? 2u : 0u)) Die(absl::StrCat("the copy engine made ", copies, " copies for ", engine ? "the engine's" : "the list's", " 2 runs"));
+      std::vector<float> got(elements_);
+      CHECK_OK(last_.outputs[0]->Download(got.data(), elements_ * 4));
+      for (uint64_t i = 0; i < elements_; ++i) {
+        const float want = 2.0f * static_cast<float>(i % 1000) + 0.5f * passes_;
+        if (got[i] != want) Die(absl::StrCat("overlap, ", engine ? "copy engine" : "in the list", ": element ", i, " is ", got[i], ", expected ", want));
+      }
+    }
+  }
+
+ private:
+  uint64_t elements_;
+  int passes_;
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Executable> in_list_, by_engine_;
+  CopyEngine* engine_ = nullptr;
+  ArrayRef x_, w_;
+  Execution last_;
+};
+
+void OverlapTable(const std::vector<uint64_t>& sizes, int runs, bench::Report& report) {
+  const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  // x, and y for each instance, on 0; w, y's copy for each instance and the
+  // outputs of a sample's runs (all held until it ends) on 1.
+  auto rt = Must(Runtime::Create(Options(2, 24 * largest)), "Runtime::Create");
+  auto island = Must(Island::Create(rt.get()), "Island::Create");
+  constexpr int kStream = 8;  // runs a sample streams
+  std::printf("\npipeline over accelerators 0 -> 1, %d runs streamed: S bytes cross per run; stage two makes "
+              "`passes` passes over them; runs/s, median of %d samples\n",
+              kStream, runs);
+  std::printf("%8s %7s %12s %12s %9s\n", "S", "passes", "copy in list", "copy engine", "engine/list");
+  for (uint64_t size : sizes) {
+    for (int passes : {1, 4}) {
+      OverlapCase c(*island, size, passes);
+      c.Verify();
+      auto rate = [&](bool engine) {
+        const int64_t t0 = Tracer::NowNs();
+        c.Stream(engine, kStream);
+        return kStream / ((Tracer::NowNs() - t0) / 1e9);
+      };
+      std::vector<std::function<double()>> cases = {[&] { return rate(false); }, [&] { return rate(true); }};
+      for (auto& run : cases) run();  // warm-up
+      auto samples = Alternate(runs, cases);
+      const double list = Median(samples[0]), engine = Median(samples[1]);
+      std::printf("%8s %7d %12.1f %12.1f %9.2f\n", FormatBytes(size).c_str(), passes, list, engine, engine / list);
+      report.Add("overlap", absl::StrCat("pipeline ", FormatBytes(size), " passes=", passes), "runs/s")
+          .Value(engine)
+          .Baseline("copy in list", list)
+          .Samples(runs)
+          .Param("bytes", static_cast<double>(size))
+          .Param("passes", passes);
+      std::fflush(stdout);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
   int runs = 9;
   std::vector<uint64_t> sizes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
   std::vector<uint64_t> allreduce_sizes = {1 * kMiB, 16 * kMiB, 64 * kMiB};
+  std::vector<uint64_t> overlap_sizes = {4 * kMiB, 16 * kMiB, 64 * kMiB};
   if (common.quick) {
+    overlap_sizes = {4 * kMiB};
     runs = 1;
     sample_bytes = 16 * kMiB;
     sizes = {1 * kMiB, 4 * kMiB};
@@ -323,33 +453,35 @@ int Main(int argc, char** argv) {
       parse_sizes("--sizes", a.substr(8), &sizes);
     } else if (absl::StartsWith(a, "--allreduce-sizes=")) {
       parse_sizes("--allreduce-sizes", a.substr(18), &allreduce_sizes);
+    } else if (absl::StartsWith(a, "--overlap-sizes=")) {
+      parse_sizes("--overlap-sizes", a.substr(16), &overlap_sizes);
     } else if (absl::StartsWith(a, "--only=")) {
       only = a.substr(7);
-      if (only != "copy" && only != "allreduce") Die(absl::StrCat("--only takes copy or allreduce, got '", only, "'"));
+      if (only != "copy" && only != "allreduce" && only != "overlap") {
+        Die(absl::StrCat("--only takes copy, allreduce or overlap, got '", only, "'"));
+      }
     } else {
       std::fprintf(stderr,
                    "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64] "
-                   "[--only=copy|allreduce] [--quick] [--json=FILE]   (sizes in MiB)\n",
+                   "[--overlap-sizes=4,16,64] [--only=copy|allreduce|overlap] [--quick] [--json=FILE]   "
+                   "(sizes in MiB)\n",
                    argv[0]);
       return 2;
     }
   }
   bench::Report report("ici");
-  if (only == "allreduce") {
-    AllReduceTable(allreduce_sizes, runs, report);
+  if (only == "allreduce" || only == "overlap") {
+    if (only == "allreduce") AllReduceTable(allreduce_sizes, runs, report);
+    if (only == "overlap") OverlapTable(overlap_sizes, runs, report);
     report.WriteOrDie(common.json);
     return 0;
   }
   const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
 
-  RuntimeOptions options;
-  options.accelerators = 2;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
   // Room for a source and a destination of the largest size on each
   // accelerator, whatever the heap's share would be (a size's buffers are
   // freed before the next size's are made).
-  options.memory_budget = 2 * largest;
-  auto rt = Must(Runtime::Create(options), "Runtime::Create");
+  auto rt = Must(Runtime::Create(Options(2, 2 * largest)), "Runtime::Create");
   Accelerator* from = rt->accelerator(0);
   Accelerator* to = rt->accelerator(1);
   CopyPath path = to->PathFrom(*from);
@@ -366,7 +498,9 @@ int Main(int argc, char** argv) {
   std::printf("copy accelerator 0 -> 1 on %s, path %s; GB/s (1e9 B/s), median of %d samples; %d CPUs%s%s\n",
               from->info().name.c_str(), CopyPathName(path), runs, CPU_COUNT(&cpus),
               lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
-  std::printf("%8s %10s %10s %8s %10s %8s\n", "size", "memcpy", "list", "/memcpy", "Copy", "/memcpy");
+  const bool engine = to->copy_engine() != nullptr;
+  std::printf("%8s %10s %10s %8s %10s %8s %10s %8s\n", "size", "memcpy", "list", "/memcpy", "Copy", "/memcpy",
+              "engine", "/memcpy");
   for (uint64_t size : sizes) {
     SizeCase c(from, to, size);
     c.Verify();
@@ -376,11 +510,16 @@ int Main(int argc, char** argv) {
         [&] { return Bandwidth(size, reps, [&] { c.ListCopy(); }); },
         [&] { return Bandwidth(size, reps, [&] { c.AcceleratorCopy(); }); },
     };
+    if (engine) cases.push_back([&] { return Bandwidth(size, reps, [&] { c.EngineCopy(); }); });
     for (auto& run : cases) run();  // warm-up, outside the samples
     auto samples = Alternate(runs, cases);
     double m = Median(samples[0]), l = Median(samples[1]), a = Median(samples[2]);
-    std::printf("%8s %10.2f %10.2f %8.2f %10.2f %8.2f\n", FormatBytes(size).c_str(), m, l, l / m, a, a / m);
-    for (auto [method, value] : {std::pair("list", l), std::pair("Copy", a)}) {
+    double e = engine ? Median(samples[3]) : 0;
+    std::printf("%8s %10.2f %10.2f %8.2f %10.2f %8.2f %10.2f %8.2f\n", FormatBytes(size).c_str(), m, l, l / m, a,
+                a / m, e, e / m);
+    std::vector<std::pair<const char*, double>> methods = {{"list", l}, {"Copy", a}};
+    if (engine) methods.push_back({"engine", e});
+    for (auto [method, value] : methods) {
       report.Add("copy", absl::StrCat(method, " copy ", FormatBytes(size)), "GB/s")
           .Value(value)
           .Baseline("memcpy", m)
@@ -394,6 +533,7 @@ int Main(int argc, char** argv) {
   if (only.empty()) {
     rt.reset();  // its memory, before the all-reduce runtime's
     AllReduceTable(allreduce_sizes, runs, report);
+    OverlapTable(overlap_sizes, runs, report);
   }
   report.WriteOrDie(common.json);
   return 0;

@@ -102,6 +102,18 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   pool.kind = MemoryKind::kReadback;
   ASSIGN_OR_RETURN(self->readback_pool_, MemoryPool::Create(self.get(), device, pool));
   self->imports_ = std::make_unique<ImportCache>(device);
+  // A copy engine where device memory is mapped and host-coherent (the
+  // first device-local type, the one the device pool takes first).
+  for (const auto& type : device->info().memory_types) {
+    if ((type.flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) == 0) continue;
+    constexpr VkMemoryPropertyFlags kHostCoherent =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    if ((type.flags & kHostCoherent) == kHostCoherent) {
+      self->copy_engine_ = std::make_unique<CopyEngine>(absl::StrCat("copy engine ", index));
+    }
+    break;
+  }
+  self->copy_engine_min_bytes_.store(options.copy_engine_min_bytes, std::memory_order_relaxed);
 
   self->ring_counter_ = absl::StrCat("ring occupancy: accelerator ", index);
   self->completion_thread_ = std::thread([a = self.get()] { a->CompletionLoop(); });
@@ -113,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
 
 Accelerator::~Accelerator() {
   (void)Flush(absl::Now() + absl::Seconds(30));
+  StopCopyEngine();
   ReleaseWaits();
   {
     absl::MutexLock lock(&ring_mu_);

@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "runtime/command_list.h"
+#include "runtime/copy_engine.h"
 #include "runtime/device.h"
 #include "runtime/future.h"
 #include "runtime/memory.h"
@@ -70,6 +71,9 @@ struct AcceleratorOptions {
   uint64_t memory_budget = 0;    // bytes of device buffers; 0 = the heap's share
   uint32_t ring_capacity = 64;   // in-flight submissions
   bool exportable_memory = false;
+  // Copies into this accelerator of at least this many bytes a device go by
+  // its copy engine where it has one (copy_engine.h); UINT64_MAX: never.
+  uint64_t copy_engine_min_bytes = UINT64_MAX;
 };
 
 // Per-submission options.
@@ -169,6 +173,26 @@ class Accelerator final : public TimelineDriver {
   // exportable, so they go through the host even where devices share memory.
   CopyPath PathFor(const Buffer& src) const;
 
+  // --- copy engine ---
+  // The engine that copies into this accelerator's memory off its queue
+  // (copy_engine.h); null where device memory is not mapped host-coherent.
+  CopyEngine* copy_engine() const { return copy_engine_.get(); }
+  // Whether a copy of `bytes` into this accelerator should go by the engine:
+  // there is one and the copy is at least copy_engine_min_bytes. Programs ask
+  // when they are loaded.
+  bool UsesCopyEngine(uint64_t bytes) const {
+    return copy_engine_ != nullptr && bytes >= copy_engine_min_bytes_.load(std::memory_order_relaxed);
+  }
+  uint64_t copy_engine_min_bytes() const { return copy_engine_min_bytes_.load(std::memory_order_relaxed); }
+  void set_copy_engine_min_bytes(uint64_t bytes) {
+    copy_engine_min_bytes_.store(bytes, std::memory_order_relaxed);
+  }
+  // Stops the engine (CopyEngine::Stop); the runtime does it for every
+  // accelerator, once all are idle, before any goes.
+  void StopCopyEngine() {
+    if (copy_engine_ != nullptr) copy_engine_->Stop();
+  }
+
   // Blocks until everything submitted so far has retired (or failed).
   absl::Status Flush(absl::Time deadline = absl::InfiniteFuture());
 
@@ -256,6 +280,8 @@ class Accelerator final : public TimelineDriver {
   std::unique_ptr<MemoryPool> upload_pool_;
   std::unique_ptr<MemoryPool> readback_pool_;
   std::unique_ptr<ImportCache> imports_;
+  std::unique_ptr<CopyEngine> copy_engine_;
+  std::atomic<uint64_t> copy_engine_min_bytes_{UINT64_MAX};
   FaultInjection faults_;
   std::atomic<int64_t> clock_offset_ns_{0};
   std::atomic<int> clock_source_{0};  // 0 none, 1 calibrated, 2 measured

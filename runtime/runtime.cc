@@ -156,6 +156,23 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
     }
   }
 
+  std::string engine = options.copy_engine.empty() ? Env("CAUSEWAY_COPY_ENGINE") : options.copy_engine;
+  if (engine.empty()) {
+    // On a CPU driver the engine's memcpy and the kernels share the same
+    // cores, so moving a copy off the queue frees nothing (measured: 0.9-1.0
+    // of copies in the list, causeway_ici_bench --only=overlap); a GPU's host
+    // is otherwise idle while it computes.
+    engine = plan.device->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? "off" : "4MiB";
+  }
+  if (engine != "off") {
+    auto parsed = ParseByteSize(engine);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("copy engine threshold (CAUSEWAY_COPY_ENGINE) must be a size or 'off': ", parsed.status().message()));
+    }
+    plan.copy_engine_min_bytes = *parsed;
+  }
+
   if (plan.accelerators == 1) {
     plan.copy_path = CopyPath::kSameQueue;
   } else if (plan.shared_device) {
@@ -184,6 +201,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& o
   accel_options.memory_budget = plan.memory_budget;
   accel_options.ring_capacity = plan.ring_capacity;
   accel_options.exportable_memory = plan.copy_path == CopyPath::kExternalMemory;
+  accel_options.copy_engine_min_bytes = plan.copy_engine_min_bytes;
 
   std::shared_ptr<Device> shared;
   if (plan.shared_device) {
@@ -217,6 +235,9 @@ Runtime::~Runtime() {
   // Finish all work first, so no accelerator is freed while a peer still
   // reads its memory or waits on its relay.
   for (auto& a : accelerators_) (void)a->Flush(absl::Now() + absl::Seconds(30));
+  // Copy engines wait on peers' work and hold peers' buffers: stop them all
+  // while every accelerator is still there.
+  for (auto& a : accelerators_) a->StopCopyEngine();
   // Listeners point at peers' import caches: unhook them all before any
   // accelerator goes, and drop the imports while every pool is still there.
   for (auto& a : accelerators_) a->device_pool().ClearBlockFreedListeners();

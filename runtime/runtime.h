@@ -41,6 +41,12 @@ struct RuntimeOptions {
   // "auto": queues of one VkDevice where the device has enough, else one
   // VkDevice per accelerator; "queues" or "devices" to insist.
   std::string sharing = "auto";
+  // Copies between accelerators of at least this many bytes a device go by
+  // the destination's copy engine, off its queue, where device memory is
+  // host-coherent (CAUSEWAY_COPY_ENGINE: a size such as "4MiB", or "off";
+  // default 4 MiB on GPUs, off on CPU drivers, where the engine and the
+  // kernels share the same cores).
+  std::string copy_engine;
   bool use_push_descriptors = true;   // off: descriptor sets
   bool use_external_memory = true;    // off: copies between VkDevices go through the host
   std::string pipeline_cache_dir;     // see DeviceOptions
@@ -54,6 +60,7 @@ struct RuntimePlan {
   uint64_t memory_budget = 0;
   uint32_t ring_capacity = 0;
   CopyPath copy_path = CopyPath::kSameQueue;  // between two accelerators
+  uint64_t copy_engine_min_bytes = UINT64_MAX;  // UINT64_MAX: off
 };
 
 // Thread-safe. Destroying it waits for in-flight work (bounded) and frees all.

@@ -85,7 +85,34 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
     }
     external_inputs_.push_back(std::move(external));
   }
+  by_engine_.resize(steps.size());
+  for (const auto& [first, last] : groups_) {
+    for (size_t s = first; s < last; ++s) {
+      if (steps[s].kind != ProgramStep::kTransfer || ProducedIn(first, s, steps[s].inputs[0])) continue;
+      const Mesh& mesh = *steps[s].mesh;
+      by_engine_[s].resize(mesh.size());
+      for (int d = 0; d < mesh.size(); ++d) {
+        uint64_t bytes = 0;
+        for (const TransferPlan::Piece& piece : steps[s].transfer->pieces[d]) {
+          for (const CommandList::CopyRegion& r : piece.regions) bytes += r.size;
+        }
+        by_engine_[s][d] = bytes > 0 && mesh.device(d) != nullptr && mesh.device(d)->UsesCopyEngine(bytes);
+      }
+    }
+  }
   costs_ = std::make_shared<GangCallCosts>(groups_.size());
+}
+
+bool Executable::ProducedIn(size_t first, size_t s, int v) const {
+  const auto& steps = program_->steps();
+  for (size_t e = first; e < s; ++e) {
+    if (std::find(steps[e].outputs.begin(), steps[e].outputs.end(), v) != steps[e].outputs.end()) return true;
+  }
+  return false;
+}
+
+bool Executable::ByEngine(size_t s, int d) const {
+  return d < static_cast<int>(by_engine_[s].size()) && by_engine_[s][d];
 }
 
 std::string Executable::GangCallName(size_t g) const {
@@ -192,6 +219,7 @@ absl::Status Executable::RecordStep(CommandList& list, const std::vector<ArrayRe
     return list.Copy(BufferArg(inst.scratch[s][d][0]), BufferArg(dst));
   }
   if (step.kind == ProgramStep::kTransfer) {
+    if (ByEngine(s, d)) return absl::OkStatus();  // moved before the gang call (DispatchStep)
     // Device d of the target mesh; the source mesh may be smaller.
     ASSIGN_OR_RETURN(auto dst, values[step.outputs[0]]->shard(d));
     for (const TransferPlan::Piece& piece : step.transfer->pieces[d]) {
@@ -428,15 +456,22 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind != ProgramStep::kTransfer) continue;
       // A transfer produced inside this gang call reads a shard this device
-      // writes first (in order); others wait for each source they read.
-      int v = steps[s].inputs[0];
-      bool inside = false;
-      for (size_t e = first; e < s; ++e) {
-        inside |= std::find(steps[e].outputs.begin(), steps[e].outputs.end(), v) != steps[e].outputs.end();
+      // writes first (in order); others wait for each source they read, or
+      // for the copy engine that moves the bytes once those are ready.
+      const int v = steps[s].inputs[0];
+      if (ProducedIn(first, s, v)) continue;
+      std::shared_ptr<Buffer> dst;
+      if (ByEngine(s, d)) {
+        ASSIGN_OR_RETURN(dst, run.values_[steps[s].outputs[0]]->shard(d));
       }
-      if (inside) continue;
       for (const TransferPlan::Piece& piece : steps[s].transfer->pieces[d]) {
-        waits.push_back(run.values_[v]->ShardReady(piece.source));
+        Future<> ready = run.values_[v]->ShardReady(piece.source);
+        if (dst == nullptr) {
+          waits.push_back(std::move(ready));
+          continue;
+        }
+        ASSIGN_OR_RETURN(auto src, run.values_[v]->shard(piece.source));
+        waits.push_back(acc->copy_engine()->Copy(std::move(src), dst, piece.regions, {std::move(ready)}));
       }
     }
     if (head.kind == ProgramStep::kReceive) waits.push_back(arrived);

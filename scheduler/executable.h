@@ -187,6 +187,10 @@ class Executable : public std::enable_shared_from_this<Executable> {
   absl::Status RecordCollective(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
                                 size_t s, int d) const;
   bool StepIsStatic(size_t s) const;
+  // Whether step `s` of the gang call beginning at step `first` reads value
+  // `v` made by an earlier step of that gang call.
+  bool ProducedIn(size_t first, size_t s, int v) const;
+  bool ByEngine(size_t s, int d) const;
   absl::Status RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
                               size_t g, int d) const;
 
@@ -195,6 +199,11 @@ class Executable : public std::enable_shared_from_this<Executable> {
   int max_instances_;
   std::vector<std::pair<size_t, size_t>> groups_;  // [first, last) step of each gang call
   std::vector<std::vector<int>> external_inputs_;  // per gang call: values produced outside it
+  // [step][device]: a transfer whose bytes the device's copy engine moves
+  // before its gang call (Accelerator::UsesCopyEngine, decided at load),
+  // rather than a copy in its command list. Only transfers of values made
+  // before their gang call: a value made inside it is copied in order there.
+  std::vector<std::vector<bool>> by_engine_;
   std::shared_ptr<GangCallCosts> costs_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Instance>> instances_ ABSL_GUARDED_BY(mu_);

@@ -93,6 +93,12 @@ int DevicesCommand(const std::vector<std::string>& args) {
   std::printf("  memory budget: %s each\n", FormatBytes(plan->memory_budget).c_str());
   std::printf("  ring: %u in-flight submissions each\n", plan->ring_capacity);
   std::printf("  copies between accelerators: %s\n", CopyPathName(plan->copy_path));
+  if (plan->copy_engine_min_bytes == UINT64_MAX) {
+    std::printf("  copy engine: off (CAUSEWAY_COPY_ENGINE=SIZE moves copies of SIZE or more off the queues)\n");
+  } else {
+    std::printf("  copy engine: copies of %s or more, where device memory is host-coherent\n",
+                FormatBytes(plan->copy_engine_min_bytes).c_str());
+  }
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // Tests of copies between accelerators: exact bytes over every path, waits on
 // producers on other VkDevices, chains, the import cache, and bad arguments.
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -13,8 +14,10 @@
 #include "gtest/gtest.h"
 #include "runtime/accelerator.h"
 #include "runtime/command_list.h"
+#include "runtime/copy_engine.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
+#include "runtime/trace.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -87,7 +90,28 @@ const std::vector<CopyCase>& CopyCases() {
   return *cases;
 }
 
-enum class Method { kAcceleratorCopy, kCommandListCopy };
+enum class Method { kAcceleratorCopy, kCommandListCopy, kCopyEngine };
+
+// Copies `src` into `dst` by `method` after `waits`; the copy's future.
+Future<> CopyBy(Method method, Accelerator* to, const BufferArg& src, const BufferArg& dst,
+                std::vector<Future<>> waits = {}) {
+  switch (method) {
+    case Method::kAcceleratorCopy:
+      return to->Copy(src, dst, waits);
+    case Method::kCommandListCopy: {
+      auto list = to->CreateCommandList("copy-test");
+      if (!list.ok()) return Future<>::Ready(list.status());
+      absl::Status s = (*list)->Copy(src, dst);
+      if (!s.ok()) return Future<>::Ready(s);
+      return to->Submit(*list, waits);
+    }
+    case Method::kCopyEngine:
+      if (to->copy_engine() == nullptr) return Future<>::Ready(absl::FailedPreconditionError("no copy engine"));
+      return to->copy_engine()->Copy(src.buffer, dst.buffer, {{src.offset, dst.offset, src.resolved_size()}},
+                                     std::move(waits));
+  }
+  return Future<>::Ready(absl::InternalError("unknown method"));
+}
 
 // Bytes after each range, to see that nothing beyond it is written.
 constexpr uint64_t kTail = 29;
@@ -107,15 +131,7 @@ void CheckCopy(Accelerator* from, Accelerator* to, const CopyCase& c, Method met
   ASSERT_OK(from->UploadSync(src, src_bytes.data(), src_size));
   ASSERT_OK(to->UploadSync(dst, dst_bytes.data(), dst_size));
 
-  BufferArg src_range(src, c.src_offset, c.size);
-  BufferArg dst_range(dst, c.dst_offset, c.size);
-  if (method == Method::kAcceleratorCopy) {
-    ASSERT_OK(to->Copy(src_range, dst_range).Await());
-  } else {
-    ASSERT_OK_AND_ASSIGN(auto list, to->CreateCommandList("copy-test"));
-    ASSERT_OK(list->Copy(src_range, dst_range));
-    ASSERT_OK(to->Submit(list).Await());
-  }
+  ASSERT_OK(CopyBy(method, to, BufferArg(src, c.src_offset, c.size), BufferArg(dst, c.dst_offset, c.size)).Await());
 
   std::vector<uint8_t> got(dst_size);
   ASSERT_OK(to->DownloadSync(dst, got.data(), dst_size));
@@ -180,6 +196,16 @@ TEST(CopyTest, CommandListCopyExternalMemoryMovesExactBytes) {
   CheckAllCopies(*rt, Method::kCommandListCopy);
 }
 
+// Tests that the copy engine moves exactly the range's bytes, 1 B to 64 MiB
+// (eight chunks), at odd offsets, both ways.
+TEST(CopyTest, CopyEngineMovesExactBytes) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NE(rt->accelerator(0)->copy_engine(), nullptr) << "lavapipe's device memory is host-coherent";
+  CheckAllCopies(*rt, Method::kCopyEngine);
+  EXPECT_EQ(rt->accelerator(1)->copy_engine()->copies(), CopyCases().size());
+}
+
 // Tests that Accelerator::Copy staged through the host moves exactly the
 // range's bytes, 1 B to 64 MiB, at odd offsets, both ways.
 TEST(CopyTest, AcceleratorCopyHostStagedMovesExactBytes) {
@@ -235,14 +261,7 @@ void CheckCopyAfterProducer(Accelerator* producer, Accelerator* consumer, uint32
   ASSERT_OK_AND_ASSIGN(auto fill, producer->CreateCommandList("fill"));
   ASSERT_OK(ops::FillWords(*fill, src, words, word));
   Future<> produced = producer->Submit(fill);
-  Future<> copied;
-  if (method == Method::kAcceleratorCopy) {
-    copied = consumer->Copy(src, dst, {produced});
-  } else {
-    ASSERT_OK_AND_ASSIGN(auto list, consumer->CreateCommandList("copy"));
-    ASSERT_OK(list->Copy(src, dst));
-    copied = consumer->Submit(list, {produced});
-  }
+  Future<> copied = CopyBy(method, consumer, src, dst, {produced});
   ASSERT_OK(copied.Await());
   EXPECT_TRUE(produced.IsReady());
   EXPECT_OK(produced.Await());
@@ -264,6 +283,8 @@ TEST(CopyTest, ExternalMemoryCopyWaitsForProducerOnOtherDevice) {
     CheckCopyAfterProducer(b, a, 4u << 20, 0xB0000000u + round, Method::kAcceleratorCopy);
     CheckCopyAfterProducer(a, b, 4u << 20, 0xC0000000u + round, Method::kCommandListCopy);
     CheckCopyAfterProducer(b, a, 4u << 20, 0xD0000000u + round, Method::kCommandListCopy);
+    CheckCopyAfterProducer(a, b, 4u << 20, 0xE0000000u + round, Method::kCopyEngine);
+    CheckCopyAfterProducer(b, a, 4u << 20, 0xF0000000u + round, Method::kCopyEngine);
   }
 }
 
@@ -644,6 +665,196 @@ TEST(CopyTest, BadCommandListCopiesAreRejectedAtAppend) {
   std::vector<uint8_t> got(4096);
   ASSERT_OK(b->DownloadSync(dst, got.data(), 4096));
   EXPECT_TRUE(SameBytes(got.data(), bytes.data(), 4096, "good copy after rejected ones"));
+}
+
+// --- The copy engine --------------------------------------------------------------------
+
+// Tests that a copy engine's copy of several regions, each over several
+// chunks, waits for a producer held back by a host gate, and that work on the
+// destination waiting for the copy sees its bytes: nothing moves before the
+// producer is done.
+TEST(CopyTest, CopyEngineWaitsForItsInputAndGatesItsConsumer) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* a = rt->accelerator(0);
+  Accelerator* b = rt->accelerator(1);
+  CopyEngine engine("test engine", /*chunk_bytes=*/64 << 10);
+  constexpr uint32_t kWords = 256 << 10;  // 1 MiB
+  const uint64_t bytes = uint64_t{kWords} * 4;
+  ASSERT_OK_AND_ASSIGN(auto src, a->CreateBuffer(bytes));
+  ASSERT_OK_AND_ASSIGN(auto dst, b->CreateBuffer(bytes));
+  ASSERT_OK_AND_ASSIGN(auto out, b->CreateBuffer(bytes));
+  const std::vector<float> zeros(kWords, 0.0f);
+  ASSERT_OK(b->UploadSync(dst, zeros.data(), bytes));
+
+  // The producer fills src with 3.0f, once the host lets it.
+  auto [open, opened] = MakePromise();
+  ASSERT_OK_AND_ASSIGN(auto fill, a->CreateCommandList("fill"));
+  float three = 3.0f;
+  uint32_t word;
+  std::memcpy(&word, &three, 4);
+  ASSERT_OK(ops::FillWords(*fill, src, kWords, word));
+  Future<> produced = a->Submit(fill, {opened});
+  // Two regions swap the halves; a third, unaligned, overlaps nothing else.
+  const uint64_t half = bytes / 2;
+  Future<> copied = engine.Copy(src, dst, {{0, half, half - 12}, {half, 0, half}, {half - 12, bytes - 12, 12}},
+                                {produced});
+  // The destination doubles what the copy brought.
+  ASSERT_OK_AND_ASSIGN(auto twice, b->CreateCommandList("double"));
+  ASSERT_OK(ops::Scale(*twice, dst, out, kWords, 2.0f));
+  Future<> consumed = b->Submit(twice, {copied});
+
+  EXPECT_FALSE(copied.IsReady()) << "the copy ran before its producer";
+  EXPECT_FALSE(consumed.IsReady());
+  // (Read through the mapping: a download would queue behind the consumer.)
+  std::vector<float> early(kWords, -1.0f);
+  ASSERT_NE(dst->mapped(), nullptr);
+  std::memcpy(early.data(), dst->mapped(), bytes);
+  EXPECT_EQ(early, zeros) << "bytes moved before the producer ran";
+
+  open.Set(absl::OkStatus());
+  ASSERT_OK(consumed.AwaitStatus(absl::Now() + kStuck));
+  EXPECT_TRUE(copied.IsReady());
+  std::vector<float> got(kWords);
+  ASSERT_OK(b->DownloadSync(out, got.data(), bytes));
+  for (uint32_t i = 0; i < kWords; ++i) ASSERT_EQ(got[i], 6.0f) << "word " << i;
+  EXPECT_EQ(engine.copies(), 1u);
+  EXPECT_EQ(engine.bytes_copied(), bytes);
+}
+
+// Tests that a copy whose input failed fails with that input's error and
+// writes nothing, that work waiting on it fails too, and that the engine
+// goes on with the next copy.
+TEST(CopyTest, CopyEngineFailedInputFailsTheCopyAndWritesNothing) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* a = rt->accelerator(0);
+  Accelerator* b = rt->accelerator(1);
+  CopyEngine* engine = b->copy_engine();
+  ASSERT_NE(engine, nullptr);
+  const std::vector<uint8_t> src_bytes = RandomBytes(8192, 1), dst_bytes = RandomBytes(8192, 2);
+  ASSERT_OK_AND_ASSIGN(auto src, a->CreateBuffer(8192));
+  ASSERT_OK_AND_ASSIGN(auto dst, b->CreateBuffer(8192));
+  ASSERT_OK(a->UploadSync(src, src_bytes.data(), 8192));
+  ASSERT_OK(b->UploadSync(dst, dst_bytes.data(), 8192));
+
+  // A real failure: the producer's submission fails in vkQueueSubmit.
+  ASSERT_OK_AND_ASSIGN(auto fill, a->CreateCommandList("fill"));
+  ASSERT_OK(ops::FillWords(*fill, src, 2048, 0));
+  a->faults().fail_submit_countdown = 1;
+  Future<> produced = a->Submit(fill);
+  Future<> copied = engine->Copy(src, dst, {{0, 0, 8192}}, {produced});
+  // (Work whose input fails after it was queued may still run: it writes
+  // elsewhere, and its future carries the error.)
+  ASSERT_OK_AND_ASSIGN(auto elsewhere, b->CreateBuffer(4096));
+  ASSERT_OK_AND_ASSIGN(auto after, b->CreateCommandList("after"));
+  ASSERT_OK(ops::FillWords(*after, elsewhere, 1, 0));
+  Future<> consumer = b->Submit(after, {copied});
+
+  absl::Status s = copied.AwaitStatus(absl::Now() + kStuck);
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_THAT(Msg(s), HasSubstr("an input of this copy failed"));
+  EXPECT_EQ(s.code(), produced.AwaitStatus().code()) << s;
+  EXPECT_FALSE(consumer.AwaitStatus(absl::Now() + kStuck).ok());
+  std::vector<uint8_t> got(8192);
+  ASSERT_OK(b->DownloadSync(dst, got.data(), 8192));
+  EXPECT_TRUE(SameBytes(got.data(), dst_bytes.data(), 8192, "destination after a failed copy"));
+
+  ASSERT_OK(engine->Copy(src, dst, {{0, 0, 8192}}, {}).AwaitStatus(absl::Now() + kStuck));
+  ASSERT_OK(b->DownloadSync(dst, got.data(), 8192));
+  EXPECT_TRUE(SameBytes(got.data(), src_bytes.data(), 8192, "the next copy"));
+}
+
+// Tests that the engine refuses, at once and with the range named, regions
+// outside either buffer (also when offset + size wraps around 2^64).
+TEST(CopyTest, CopyEngineRefusesRangesOutsideItsBuffers) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  CopyEngine* engine = rt->accelerator(1)->copy_engine();
+  ASSERT_NE(engine, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto src, rt->accelerator(0)->CreateBuffer(4096));
+  ASSERT_OK_AND_ASSIGN(auto dst, rt->accelerator(1)->CreateBuffer(1024));
+  struct Case {
+    CommandList::CopyRegion region;
+    const char* names;
+  };
+  const Case cases[] = {{{4000, 0, 97}, "source range [4000, +97)"},
+                        {{0, 1000, 25}, "destination range [1000, +25)"},
+                        {{16, 16, UINT64_MAX - 8}, "source range"},
+                        {{5000, 0, 0}, "source range [5000, +0)"}};
+  for (const Case& c : cases) {
+    Future<> f = engine->Copy(src, dst, {{0, 0, 16}, c.region}, {});
+    ASSERT_TRUE(f.IsReady()) << c.names;
+    absl::Status s = f.AwaitStatus();
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+    EXPECT_THAT(Msg(s), HasSubstr(c.names));
+  }
+  EXPECT_EQ(engine->Copy(nullptr, dst, {}, {}).AwaitStatus().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->copies(), 0u);
+}
+
+// Tests that stopping an engine fails the copy it is waiting on and the ones
+// queued behind it (Cancelled, naming the engine) within a bounded time, and
+// every copy asked for afterwards at once.
+TEST(CopyTest, CopyEngineStopFailsQueuedCopiesAndLaterOnes) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto src, rt->accelerator(0)->CreateBuffer(4096));
+  ASSERT_OK_AND_ASSIGN(auto dst, rt->accelerator(1)->CreateBuffer(4096));
+  auto engine = std::make_unique<CopyEngine>("stopped engine");
+  auto [never, never_ready] = MakePromise();
+  std::vector<Future<>> copies;
+  for (int i = 0; i < 4; ++i) copies.push_back(engine->Copy(src, dst, {{0, 0, 4096}}, {never_ready}));
+  const absl::Time start = absl::Now();
+  engine->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  for (const Future<>& f : copies) {
+    ASSERT_TRUE(f.IsReady());
+    absl::Status s = f.AwaitStatus();
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+    EXPECT_THAT(Msg(s), HasSubstr("stopped engine"));
+  }
+  absl::Status later = engine->Copy(src, dst, {{0, 0, 4096}}, {}).AwaitStatus(absl::Now() + kStuck);
+  EXPECT_EQ(later.code(), absl::StatusCode::kCancelled) << later;
+  EXPECT_EQ(engine->copies(), 0u);
+  never.Set(absl::OkStatus());
+}
+
+// Tests that a traced copy shows one "copy-engine" span per chunk on the
+// engine's own thread, whose bytes add up to the copy.
+TEST(CopyTest, CopyEngineChunksAreTracedOnItsThread) {
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  CopyEngine engine("traced engine", /*chunk_bytes=*/1 << 20);
+  const uint64_t bytes = (5 << 20) + 4096;  // five whole chunks and a part
+  ASSERT_OK_AND_ASSIGN(auto src, rt->accelerator(0)->CreateBuffer(bytes));
+  ASSERT_OK_AND_ASSIGN(auto dst, rt->accelerator(1)->CreateBuffer(bytes));
+  Tracer& tracer = Tracer::Get();
+  (void)tracer.Take();
+  tracer.Enable(true);
+  absl::Status s = engine.Copy(src, dst, {{0, 0, bytes}}, {}).AwaitStatus(absl::Now() + kStuck);
+  tracer.Enable(false);
+  ASSERT_OK(s);
+  std::vector<TraceEvent> events = tracer.Take();
+  uint64_t traced = 0;
+  int spans = 0, track = -1;
+  for (const TraceEvent& e : events) {
+    if (e.name != "copy-engine") continue;
+    ++spans;
+    EXPECT_EQ(e.kind, TraceEvent::kHost);
+    EXPECT_LE(e.begin_ns, e.end_ns);
+    if (track >= 0) {
+      EXPECT_EQ(e.track, track) << "chunks on several threads";
+    }
+    track = e.track;
+    uint64_t n = 0;
+    ASSERT_EQ(std::sscanf(e.args.c_str(), "\"bytes\":%lu", &n), 1) << e.args;
+    traced += n;
+  }
+  EXPECT_EQ(spans, 6);
+  EXPECT_EQ(traced, bytes);
+  EXPECT_EQ(tracer.ThreadNames()[track], "traced engine");
 }
 
 }  // namespace

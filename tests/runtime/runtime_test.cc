@@ -73,6 +73,42 @@ TEST(RuntimeTest, EnvironmentSettings) {
   EXPECT_TRUE(absl::IsInvalidArgument(Runtime::Create(o).status()));
 }
 
+// Tests the copy engine's setting: off by default on a CPU driver (the engine
+// would share the kernels' cores), a size from the options or
+// CAUSEWAY_COPY_ENGINE, "off", and a clear refusal of anything else.
+TEST(RuntimeTest, CopyEngineSetting) {
+  RuntimeOptions o = TestOptions(2);
+  auto rt = MakeRuntime(o);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->plan().copy_engine_min_bytes, UINT64_MAX);
+  ASSERT_NE(rt->accelerator(1)->copy_engine(), nullptr) << "lavapipe's device memory is host-coherent";
+  EXPECT_FALSE(rt->accelerator(1)->UsesCopyEngine(uint64_t{1} << 40));
+  rt.reset();
+
+  o.copy_engine = "1MiB";
+  rt = MakeRuntime(o);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_EQ(rt->plan().copy_engine_min_bytes, 1u << 20);
+  EXPECT_TRUE(rt->accelerator(0)->UsesCopyEngine(1u << 20));
+  EXPECT_FALSE(rt->accelerator(0)->UsesCopyEngine((1u << 20) - 1));
+  rt.reset();
+
+  o.copy_engine.clear();
+  setenv("CAUSEWAY_COPY_ENGINE", "64KiB", 1);
+  auto plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  ASSERT_OK(plan.status());
+  EXPECT_EQ(plan->copy_engine_min_bytes, 64u << 10);
+  setenv("CAUSEWAY_COPY_ENGINE", "off", 1);
+  plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  ASSERT_OK(plan.status());
+  EXPECT_EQ(plan->copy_engine_min_bytes, UINT64_MAX);
+  setenv("CAUSEWAY_COPY_ENGINE", "sometimes", 1);
+  plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  unsetenv("CAUSEWAY_COPY_ENGINE");
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status())) << plan.status();
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("CAUSEWAY_COPY_ENGINE"));
+}
+
 // Tests that lavapipe (one queue per device) gets one VkDevice per
 // accelerator, that insisting on queues of one device is refused clearly,
 // and that the default budget divides the heap among accelerators.

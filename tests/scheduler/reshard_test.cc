@@ -185,11 +185,21 @@ struct Layout {
 // the tests: a line of 2, a line of 3, a 2x3 grid and a single device. They
 // overlap (the grid spans the island), so reshards both stay on an
 // accelerator and cross between them.
-class ReshardTest : public ::testing::Test {
+//
+// Every test runs twice: with transfers as copies in the target devices'
+// command lists, and with every transfer moved by the target devices' copy
+// engines (whatever its size).
+class ReshardTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     rt_ = MakeRuntime(6);
     ASSERT_NE(rt_, nullptr);
+    for (Accelerator* a : rt_->accelerators()) {
+      if (GetParam()) {
+        ASSERT_NE(a->copy_engine(), nullptr) << "lavapipe's device memory is host-coherent";
+      }
+      a->set_copy_engine_min_bytes(GetParam() ? 1 : UINT64_MAX);
+    }
     ASSERT_OK_AND_ASSIGN(island_, Island::Create(rt_.get()));
     ASSERT_OK_AND_ASSIGN(client_, island_->Connect("reshard"));
     ASSERT_OK_AND_ASSIGN(line2_, client_->AllocateMesh({2}));
@@ -200,6 +210,22 @@ class ReshardTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     island_.reset();
+  }
+
+  // Copies the island's copy engines have made so far.
+  uint64_t EngineCopies() const {
+    uint64_t n = 0;
+    for (Accelerator* a : rt_->accelerators()) n += a->copy_engine() == nullptr ? 0 : a->copy_engine()->copies();
+    return n;
+  }
+  // Expects the engines to have moved transfers exactly when the test asks
+  // for them.
+  void ExpectEnginesUsedAsAsked() const {
+    if (GetParam()) {
+      EXPECT_GT(EngineCopies(), 0u);
+    } else {
+      EXPECT_EQ(EngineCopies(), 0u);
+    }
   }
 
   // Replicated and every split of `shape` whose shard shape is valid, on each
@@ -328,7 +354,7 @@ class ReshardTest : public ::testing::Test {
 
 // Tests that every pair of layouts (4 meshes x replicated and each even split)
 // reshards f32 [12, 8] and i32/f16 [6, 4, 10] bit for bit, on every device.
-TEST_F(ReshardTest, EveryPairOfLayoutsRoundTrips) {
+TEST_P(ReshardTest, EveryPairOfLayoutsRoundTrips) {
   struct Case {
     Shape shape;
     DType dtype;
@@ -348,12 +374,13 @@ TEST_F(ReshardTest, EveryPairOfLayoutsRoundTrips) {
     }
   }
   EXPECT_EQ(seed, 12u * 12u + 2u * 15u * 15u);
+  ExpectEnginesUsedAsAsked();
 }
 
 // Tests that within one mesh split -> replicated, replicated -> split,
 // split(0) -> split(1) and split(1) -> split(0), chained with calls, give the
 // CPU reference on every device, with no transfer but the four asked for.
-TEST_F(ReshardTest, ReshardsWithinOneMesh) {
+TEST_P(ReshardTest, ReshardsWithinOneMesh) {
   struct Case {
     std::shared_ptr<Mesh> mesh;
     Sharding rows, cols;
@@ -425,7 +452,7 @@ TEST_F(ReshardTest, ReshardsWithinOneMesh) {
 // Tests that a call on a mesh of another shape gets one implicit transfer
 // that reshards its input to what the function takes (a split over the grid's
 // second axis, replicated, or the input's own split when that fits).
-TEST_F(ReshardTest, CallOnOtherMeshShapeReshardsImplicitly) {
+TEST_P(ReshardTest, CallOnOtherMeshShapeReshardsImplicitly) {
   const Shape shape = {4, 6};
   struct Case {
     Shape function_shard;
@@ -471,7 +498,7 @@ TEST_F(ReshardTest, CallOnOtherMeshShapeReshardsImplicitly) {
 
 // Tests that ten runs of a resharding program, each on a new upload and all
 // in flight together, each give their own right answer.
-TEST_F(ReshardTest, RunsInFlightTogetherEachGetTheirAnswer) {
+TEST_P(ReshardTest, RunsInFlightTogetherEachGetTheirAnswer) {
   const Shape shape = {12, 8};
   ASSERT_OK_AND_ASSIGN(auto twice, Function::Scale({4, 8}, 2.0f));
   ASSERT_OK_AND_ASSIGN(auto negate, Function::Scale({12, 8}, -1.0f));
@@ -510,11 +537,12 @@ TEST_F(ReshardTest, RunsInFlightTogetherEachGetTheirAnswer) {
     ExpectHolds(runs[r].outputs[0], Bytes(Scaled(xs[r], -2)));
     ExpectHolds(runs[r].outputs[1], Bytes(Scaled(xs[r], 2)));
   }
+  ExpectEnginesUsedAsAsked();
 }
 
 // Tests that Build refuses a Reshard to a layout that does not fit the array
 // or the mesh, with InvalidArgument naming the node and what is wrong.
-TEST_F(ReshardTest, BuildRefusesReshardsThatDoNotFit) {
+TEST_P(ReshardTest, BuildRefusesReshardsThatDoNotFit) {
   struct Case {
     std::string node;
     std::shared_ptr<Mesh> mesh;
@@ -544,7 +572,7 @@ TEST_F(ReshardTest, BuildRefusesReshardsThatDoNotFit) {
 // Tests that a transfer from a released array, or from another client's
 // array, is refused before anything is dispatched, naming the parameter and
 // why; and that the executable then runs correctly with the client's own.
-TEST_F(ReshardTest, TransferFromReleasedOrForeignArrayIsRefused) {
+TEST_P(ReshardTest, TransferFromReleasedOrForeignArrayIsRefused) {
   const Shape shape = {12, 8};
   const Layout from{line2_, Sharding::Split(0)};
   ProgramBuilder b("move");
@@ -581,7 +609,7 @@ TEST_F(ReshardTest, TransferFromReleasedOrForeignArrayIsRefused) {
 
 // Tests that re-uploading a parameter right after a run that reshards it was
 // queued waits for the run's reads: each run sees its own upload.
-TEST_F(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
+TEST_P(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
   const Shape shape = {12, 8};
   // Work queued ahead of the transfer on the target devices keeps the run's
   // reads pending while the second upload is issued.
@@ -641,6 +669,11 @@ TEST_F(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
   // Otherwise the runs ended before the re-upload and nothing was tested.
   EXPECT_GT(pending_at_reupload, 0) << "no run was still reading when its parameter was re-uploaded";
 }
+
+INSTANTIATE_TEST_SUITE_P(CopyPaths, ReshardTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ByCopyEngine" : "InCommandLists";
+                         });
 
 }  // namespace
 }  // namespace causeway
