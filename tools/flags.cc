@@ -107,6 +107,8 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
       {"sharing", "auto, queues (one VkDevice) or devices (one VkDevice each)", "auto"},
       {"validation", "turn on the Vulkan validation layer (env CAUSEWAY_VALIDATION)", "", true},
       {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true", true},
+      {"copy-engine", "move copies of this size or more off the queues, e.g. 4MiB, or off (env CAUSEWAY_COPY_ENGINE)",
+       ""},
   };
 }
 
@@ -129,6 +131,7 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   o.sharing = flags.Get("sharing");
   o.validation = flags.Bool("validation");
   o.use_external_memory = flags.Bool("external-memory");
+  o.copy_engine = flags.Get("copy-engine");
   return o;
 }
 
