@@ -670,6 +670,64 @@ TEST_P(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
   EXPECT_GT(pending_at_reupload, 0) << "no run was still reading when its parameter was re-uploaded";
 }
 
+// Tests that closing a client while its resharding runs stream (transfers
+// waiting to be copied, copying, and consumed) leaves another client's runs
+// on the same devices correct, and gives back all of its memory.
+TEST_P(ReshardTest, ClosingAClientWithTransfersInFlightLeavesTheOtherCorrect) {
+  const Shape shape = {1024, 512};  // 2 MiB: the copies take a while
+  ASSERT_OK_AND_ASSIGN(auto twice, Function::Scale({1024, 512}, 2.0f));
+  auto make = [&](Client& c, std::shared_ptr<Mesh> from, std::shared_ptr<Mesh> to, ArrayRef* x,
+                  std::shared_ptr<Executable>* exe, std::vector<float>* host) {
+    ProgramBuilder b("stream");
+    b.Parameter("x", from, shape, DType::kF32, Sharding::Split(0));
+    b.Reshard("move", to, "x", "y", Sharding::Replicated());
+    b.Call("double", twice, to, {"y"}, {"z"});
+    b.Output("z");
+    ASSERT_OK_AND_ASSIGN(auto program, b.Build());
+    ASSERT_OK_AND_ASSIGN(*exe, c.Load(program));
+    *host = reference::RandomFloats(NumElements(shape), 77);
+    ASSERT_OK_AND_ASSIGN(*x, c.CreateArray(from, shape, DType::kF32, Sharding::Split(0), "x"));
+    ASSERT_OK((*x)->Upload(host->data(), host->size() * 4));
+  };
+  ASSERT_OK_AND_ASSIGN(auto other, island_->Connect("closing"));
+  ASSERT_OK_AND_ASSIGN(auto other_from, other->AllocateMesh({2}));
+  ASSERT_OK_AND_ASSIGN(auto other_to, other->AllocateMesh({1}));
+  ArrayRef ox, mx;
+  std::shared_ptr<Executable> oexe, mexe;
+  std::vector<float> ohost, mhost;
+  ASSERT_NO_FATAL_FAILURE(make(*other, other_from, other_to, &ox, &oexe, &ohost));
+  ASSERT_NO_FATAL_FAILURE(make(*client_, line2_, single_, &mx, &mexe, &mhost));
+  uint64_t before = 0;
+  for (Accelerator* a : rt_->accelerators()) before += a->memory_in_use();
+  const uint64_t other_held = other->bytes_held();
+
+  std::vector<Execution> mine;
+  for (int r = 0; r < 12; ++r) {
+    if (r <= 8) {
+      ASSERT_OK_AND_ASSIGN(Execution o, other->Execute(oexe, {ox}));
+    }
+    ASSERT_OK_AND_ASSIGN(Execution m, client_->Execute(mexe, {mx}));
+    mine.push_back(std::move(m));
+    if (r == 8) other->Close();  // with runs of its queued and in flight
+  }
+  const std::vector<float> want = Scaled(mhost, 2);
+  for (size_t r = 0; r < mine.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("run ", r));
+    ASSERT_OK(mine[r].Await(absl::Now() + kRunTimeout));
+    ExpectHolds(mine[r].outputs[0], Bytes(want));
+  }
+  mine.clear();
+  for (Accelerator* a : rt_->accelerators()) ASSERT_OK(a->Flush(absl::Now() + kRunTimeout));
+  uint64_t after = 0;
+  for (Accelerator* a : rt_->accelerators()) after += a->memory_in_use();
+  EXPECT_EQ(other->bytes_held(), 0u);
+  // The closed client's inputs and instances are gone: what is left is ours.
+  EXPECT_GT(before, 0u);
+  EXPECT_GT(other_held, 0u);
+  EXPECT_EQ(after, client_->bytes_held());
+  ExpectEnginesUsedAsAsked();
+}
+
 INSTANTIATE_TEST_SUITE_P(CopyPaths, ReshardTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "ByCopyEngine" : "InCommandLists";
