@@ -12,7 +12,7 @@
 namespace causeway {
 namespace {
 
-// Bytes copied between accelerators (ICI), as a running total in traces.
+// Bytes read from other accelerators (ICI), as a running total in traces.
 void TraceIciBytes(uint64_t bytes) {
   static std::atomic<uint64_t> total{0};
   Tracer::Get().Counter("ICI bytes", -1, static_cast<double>(total.fetch_add(bytes) + bytes));
@@ -476,7 +476,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   }
   Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
   if (span.active()) {
-    if (list->peer_copy_bytes() > 0) TraceIciBytes(list->peer_copy_bytes());
+    if (list->peer_read_bytes() > 0) TraceIciBytes(list->peer_read_bytes());
     span.set_flow(TraceFlowId(index_, value));
     span.set_args(absl::StrCat("\"accelerator\":", index_, ",\"submission\":", value, ",\"waits\":[",
                                traced_waits, "]"));
