@@ -12,14 +12,19 @@
 //                                         alias no operand)
 //                    Each also as uvec4, for constant 4.
 // Push constants:    uint count; uint offset[8]; uint result_offset;
-//                    (elements, or 4-element units with constant 4)
+//                    (elements, or 4-element units with constant 4; the
+//                    offsets are not read with constant 6)
 // Specialization:    constant 0 = workgroup size x (default 256);
 //                    constant 1 = op (0 sum, 1 max); constant 2 = type (0 f32, 1 i32);
 //                    constant 3 = N, operands read (1..8);
 //                    constant 4 = 1: four elements (one uvec4) per index, for
 //                    offsets that are multiples of 4 elements (on a CPU
 //                    driver one 16-byte load runs about twice as fast as four);
-//                    constant 5 = 1: accumulate into result.
+//                    constant 5 = 1: accumulate into result;
+//                    constant 6 = 1: every offset is 0 (the push constants'
+//                    are not read). On lavapipe an index the compiler sees
+//                    as the invocation's own runs about a quarter faster than
+//                    one shifted by a push constant.
 // Dispatch:          any number of workgroups >= 1 (grid-stride loop).
 #version 450
 
@@ -29,6 +34,7 @@ layout(constant_id = 2) const uint TYPE = 0;
 layout(constant_id = 3) const uint N = 2;
 layout(constant_id = 4) const uint VEC4 = 0;
 layout(constant_id = 5) const uint ACCUMULATE = 0;
+layout(constant_id = 6) const uint AT_ZERO = 0;
 
 layout(set = 0, binding = 0, std430) readonly buffer X0 { uint x0[]; };
 layout(set = 0, binding = 1, std430) readonly buffer X1 { uint x1[]; };
@@ -56,6 +62,9 @@ layout(push_constant) uniform Params {
   uint result_offset;
 } p;
 
+// Operand k's offset (8: the result's).
+uint Offset(uint k) { return AT_ZERO != 0 ? 0 : k < 8 ? p.offset[k] : p.result_offset; }
+
 uint Combine(uint x, uint y) {
   if (TYPE == 0) {
     float fx = uintBitsToFloat(x), fy = uintBitsToFloat(y);
@@ -75,28 +84,28 @@ uvec4 Combine(uvec4 x, uvec4 y) {
 }
 
 uint Fold(uint i) {
-  uint acc = x0[p.offset[0] + i];
-  if (ACCUMULATE != 0) acc = Combine(result[p.result_offset + i], acc);
-  if (N > 1) acc = Combine(acc, x1[p.offset[1] + i]);
-  if (N > 2) acc = Combine(acc, x2[p.offset[2] + i]);
-  if (N > 3) acc = Combine(acc, x3[p.offset[3] + i]);
-  if (N > 4) acc = Combine(acc, x4[p.offset[4] + i]);
-  if (N > 5) acc = Combine(acc, x5[p.offset[5] + i]);
-  if (N > 6) acc = Combine(acc, x6[p.offset[6] + i]);
-  if (N > 7) acc = Combine(acc, x7[p.offset[7] + i]);
+  uint acc = x0[Offset(0) + i];
+  if (ACCUMULATE != 0) acc = Combine(result[Offset(8) + i], acc);
+  if (N > 1) acc = Combine(acc, x1[Offset(1) + i]);
+  if (N > 2) acc = Combine(acc, x2[Offset(2) + i]);
+  if (N > 3) acc = Combine(acc, x3[Offset(3) + i]);
+  if (N > 4) acc = Combine(acc, x4[Offset(4) + i]);
+  if (N > 5) acc = Combine(acc, x5[Offset(5) + i]);
+  if (N > 6) acc = Combine(acc, x6[Offset(6) + i]);
+  if (N > 7) acc = Combine(acc, x7[Offset(7) + i]);
   return acc;
 }
 
 uvec4 Fold4(uint i) {
-  uvec4 acc = v0[p.offset[0] + i];
-  if (ACCUMULATE != 0) acc = Combine(result4[p.result_offset + i], acc);
-  if (N > 1) acc = Combine(acc, v1[p.offset[1] + i]);
-  if (N > 2) acc = Combine(acc, v2[p.offset[2] + i]);
-  if (N > 3) acc = Combine(acc, v3[p.offset[3] + i]);
-  if (N > 4) acc = Combine(acc, v4[p.offset[4] + i]);
-  if (N > 5) acc = Combine(acc, v5[p.offset[5] + i]);
-  if (N > 6) acc = Combine(acc, v6[p.offset[6] + i]);
-  if (N > 7) acc = Combine(acc, v7[p.offset[7] + i]);
+  uvec4 acc = v0[Offset(0) + i];
+  if (ACCUMULATE != 0) acc = Combine(result4[Offset(8) + i], acc);
+  if (N > 1) acc = Combine(acc, v1[Offset(1) + i]);
+  if (N > 2) acc = Combine(acc, v2[Offset(2) + i]);
+  if (N > 3) acc = Combine(acc, v3[Offset(3) + i]);
+  if (N > 4) acc = Combine(acc, v4[Offset(4) + i]);
+  if (N > 5) acc = Combine(acc, v5[Offset(5) + i]);
+  if (N > 6) acc = Combine(acc, v6[Offset(6) + i]);
+  if (N > 7) acc = Combine(acc, v7[Offset(7) + i]);
   return acc;
 }
 
@@ -104,9 +113,9 @@ void main() {
   const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   for (uint i = gl_GlobalInvocationID.x; i < p.count; i += stride) {
     if (VEC4 != 0) {
-      result4[p.result_offset + i] = Fold4(i);
+      result4[Offset(8) + i] = Fold4(i);
     } else {
-      result[p.result_offset + i] = Fold(i);
+      result[Offset(8) + i] = Fold(i);
     }
   }
 }

@@ -139,7 +139,7 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       {"combine4", {3, 2, 1, {0, 1, 2}}},
       // Operands 0..7 and the result declared twice (as uints and as uvec4s);
       // the result is read when accumulating.
-      {"combine_n", {9, 16, 0, {0, 1, 2, 3, 4, 5}}},
+      {"combine_n", {9, 16, 0, {0, 1, 2, 3, 4, 5, 6}}},
       {"copy", {2, 1, 1, {0}}},      {"fill", {1, 0, 1, {0}}},
       {"matmul", {3, 2, 1, {0, 1}}}, {"mul", {3, 2, 1, {0}}},  {"reduce_sum", {2, 1, 1, {0}}},
       {"scale", {2, 1, 1, {0}}},
