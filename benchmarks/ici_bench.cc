@@ -30,22 +30,33 @@
 // (uploaded), the destination is cleared, the copy runs, the destination is
 // downloaded and compared byte for byte; a mismatch aborts the benchmark.
 //
-// All-reduce: a program of one all-reduce (sum, f32; the algorithm picked by
-// size: ring from 256 KiB a device) over a mesh of n = 2, 4, 8 accelerators,
-// each device holding S bytes, run and awaited back to back. Bus bandwidth as
-// nccl-tests defines it: busbw = S / t * 2(n - 1)/n, which a ring reaches at
-// the bandwidth of one link when all links run at once. It is compared with
-// the copy bandwidth (the `list` case) of the same S measured in the same
-// run. Each size is checked once: device d holds d + 1 everywhere, so every
+// All-reduce: a program of one all-reduce (sum, f32) over a mesh of n = 2, 4,
+// 8 accelerators, each device holding S bytes, run and awaited back to back:
+// the algorithm kAuto picks (by size and whether the devices share memory:
+// direct below 256 KiB a device; above, direct-read where they share memory,
+// as lavapipe's do, else ring), and in the same run, samples alternating, the
+// ring and direct-read programs on the same input, for comparison. Bus
+// bandwidth as nccl-tests defines it: busbw = S / t * 2(n - 1)/n, which a
+// ring reaches at the bandwidth of one link when all links run at once. It
+// is compared with the copy bandwidth (the `list` case) of the same S
+// measured in the same run; `dr/ring` is direct-read's busbw over ring's.
+// Each program is checked once: device d holds d + 1 everywhere, so every
 // element of the result must be n(n + 1)/2.
 //
 // `bound` is the most busbw / copy can be when all devices share one memory
 // system, as a CPU driver's do: the plan's bytes read and written on every
-// device (a copy 2 per byte, a combine 3), at the rate a copy moves bytes.
-// busbw assumes a link per device; here every device's traffic shares the
-// one bus, so the ring's bound is 4/(7n) (0.29 at n = 2) and no algorithm's
-// exceeds 2(n - 1)/n^2 (each device must read its input and write its
-// output), far below the 0.7 a machine with real links reaches.
+// device (a copy 2 per byte, a two-operand combine 3, a reduction of n
+// operands n + 1), at the rate a copy moves bytes. busbw assumes a link per
+// device; here every device's traffic shares the one bus. The ring moves
+// 7(n - 1)S/n a device (each of the n - 1 steps of its reduce-scatter copies
+// and combines S/n: 5S/n; each of its all-gather copies S/n: 2S/n), so its
+// bound is 4/(7n): 0.29 at n = 2, 0.14 at 4, 0.07 at 8. Direct-read moves
+// (n + 1)S/n (its one reduction reads n slices of S/n and writes one) +
+// 2(n - 1)S/n (its all-gather) = (3n - 1)S/n a device: bound
+// 4(n - 1)/(n(3n - 1)), 0.40 at n = 2, 0.27 at 4, 0.15 at 8. No algorithm
+// exceeds 2(n - 1)/n^2 (each device must at least read its input and write
+// its output, 2S): 0.5 at n = 2, 0.38 at 4, 0.22 at 8; far below the 0.7 a
+// machine with real links reaches.
 //
 //   causeway_ici_bench [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64]
 //                      [--only=copy|allreduce] [--quick] [--json=FILE]   (sizes in MiB)
@@ -203,63 +214,87 @@ class SizeCase {
   std::shared_ptr<CommandList> list_, clear_;
 };
 
-// One all-reduce size over a mesh of n: its program, input and check.
+// One all-reduce size over a mesh of n: one input, and a program per
+// algorithm compared, each checked.
 class AllReduceCase {
  public:
   AllReduceCase(Island& island, int n, uint64_t bytes) : n_(n), elements_(bytes / 4) {
     client_ = Must(island.Connect(absl::StrCat("allreduce", n)), "Connect");
-    auto mesh = Must(client_->AllocateMesh({n}), "AllocateMesh");
+    mesh_ = Must(client_->AllocateMesh({n}), "AllocateMesh");
     const int64_t global = static_cast<int64_t>(elements_) * n;
-    ProgramBuilder b(absl::StrCat("allreduce", n));
-    b.Parameter("x", mesh, {global}, DType::kF32, Sharding::Split(0));
-    b.AllReduce("sum", mesh, "x", "y");
-    b.Output("y");
-    auto program = Must(b.Build(), "Build");
-    const CollectivePlan& plan = *program->steps()[0].collective;
-    algorithm_ = plan.ToString();
-    // Bytes read and written on all devices: a copy reads and writes its
-    // elements, a combine reads two operands and writes one.
-    for (const CollectivePhase& phase : plan.phases) {
-      for (const auto& ops : phase.ops) {
-        for (const CollectiveOp& op : ops) {
-          traffic_ += op.elements * DTypeSize(plan.dtype) * (op.kind == CollectiveOp::kCombine ? 3 : 2);
-        }
-      }
-    }
-    exe_ = Must(client_->Load(program), "Load");
-    x_ = Must(client_->CreateArray(mesh, {global}, DType::kF32, Sharding::Split(0), "x"), "CreateArray");
+    x_ = Must(client_->CreateArray(mesh_, {global}, DType::kF32, Sharding::Split(0), "x"), "CreateArray");
     std::vector<float> host(global);
     for (int d = 0; d < n; ++d) std::fill_n(host.begin() + d * elements_, elements_, d + 1.0f);
     CHECK_OK(x_->Upload(host.data(), host.size() * 4));
   }
   ~AllReduceCase() { client_->Close(); }
 
-  const std::string& algorithm() const { return algorithm_; }
+  // Loads the all-reduce by `algorithm` and checks it once; returns its index.
+  size_t Add(CollectiveAlgorithm algorithm) {
+    Variant p;
+    ProgramBuilder b(absl::StrCat("allreduce", n_, "-", CollectiveAlgorithmName(algorithm)));
+    b.Parameter("x", mesh_, {static_cast<int64_t>(elements_) * n_}, DType::kF32, Sharding::Split(0));
+    b.AllReduce("sum", mesh_, "x", "y", ReduceOp::kSum, algorithm);
+    b.Output("y");
+    auto program = Must(b.Build(), "Build");
+    const CollectivePlan& plan = *program->steps()[0].collective;
+    p.algorithm = plan.algorithm;
+    p.description = plan.ToString();
+    // Bytes read and written on all devices: a copy reads and writes its
+    // elements, a combine reads two operands and writes one, a reduction
+    // reads every position's operand and writes one.
+    for (const CollectivePhase& phase : plan.phases) {
+      for (const auto& ops : phase.ops) {
+        for (const CollectiveOp& op : ops) {
+          const int touches = op.kind == CollectiveOp::kCombine  ? 3
+                              : op.kind == CollectiveOp::kReduce ? plan.devices + 1
+                                                                 : 2;
+          p.traffic += static_cast<double>(op.elements * DTypeSize(plan.dtype) * touches);
+        }
+      }
+    }
+    p.exe = Must(client_->Load(program), "Load");
+    programs_.push_back(std::move(p));
+    Verify(programs_.size() - 1);
+    return programs_.size() - 1;
+  }
+  CollectiveAlgorithm algorithm(size_t i) const { return programs_[i].algorithm; }
+  const std::string& description(size_t i) const { return programs_[i].description; }
   // busbw / copy bandwidth if all devices share one memory system (as on a
   // CPU driver) and every byte of the plan moved at the copy's speed: a copy
   // of S moves 2S bytes in S / copy, so the plan takes traffic / (2 copy)
   // and busbw / copy = 4 (n - 1) S / (n traffic).
-  double SharedMemoryBound() const { return 4.0 * (n_ - 1) * elements_ * 4 / (n_ * traffic_); }
-  void Run() { last_ = Must(client_->Execute(exe_, {x_}), "Execute"), CHECK_OK(last_.Await()); }
-  void Verify() {
-    Run();
+  double SharedMemoryBound(size_t i) const {
+    return 4.0 * (n_ - 1) * elements_ * 4 / (n_ * programs_[i].traffic);
+  }
+  void Run(size_t i) { last_ = Must(client_->Execute(programs_[i].exe, {x_}), "Execute"), CHECK_OK(last_.Await()); }
+
+ private:
+  struct Variant {
+    std::shared_ptr<Executable> exe;
+    CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
+    std::string description;
+    double traffic = 0;
+  };
+  void Verify(size_t i) {
+    Run(i);
     std::vector<float> got(elements_);
     CHECK_OK(last_.outputs[0]->Download(got.data(), got.size() * 4));
     const float want = n_ * (n_ + 1) / 2.0f;
-    for (uint64_t i = 0; i < elements_; ++i) {
-      if (got[i] != want) Die(absl::StrCat("all-reduce over ", n_, ": element ", i, " is ", got[i], ", expected ", want));
+    for (uint64_t e = 0; e < elements_; ++e) {
+      if (got[e] != want) {
+        Die(absl::StrCat(description(i), ": element ", e, " is ", got[e], ", expected ", want));
+      }
     }
   }
 
- private:
   int n_;
   uint64_t elements_;
   std::shared_ptr<Client> client_;
-  std::shared_ptr<Executable> exe_;
+  std::shared_ptr<Mesh> mesh_;
   ArrayRef x_;
+  std::vector<Variant> programs_;
   Execution last_;
-  std::string algorithm_;
-  double traffic_ = 0;
 };
 
 void AllReduceTable(const std::vector<uint64_t>& sizes, int runs, bench::Report& report) {
@@ -268,42 +303,67 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs, bench::Report&
   RuntimeOptions options;
   options.accelerators = kMaxDevices;
   options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
-  // Per device: the input, two outputs (the last run's is held while the
-  // next is made), the ring's chunk, and on accelerators 0 and 1 the copy's
-  // buffer.
-  options.memory_budget = 6 * largest;
+  // Per device: the input, each program's last output and the one being
+  // made, the ring's chunk, and on accelerators 0 and 1 the copy's buffer.
+  options.memory_budget = 8 * largest;
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   auto island = Must(Island::Create(rt.get()), "Island::Create");
   std::printf("\nall-reduce (sum, f32) over n accelerators; S bytes a device; busbw = S/t * 2(n-1)/n; "
-              "GB/s, median of %d samples\n",
+              "GB/s, median of %d samples;\n/copy: busbw over copy; bound: its most on one shared memory bus "
+              "(no algorithm's above 2(n-1)/n^2)\n",
               runs);
-  std::printf("%8s %3s %10s %10s %9s %9s  %s\n", "S", "n", "copy", "busbw", "/copy", "bound", "algorithm");
+  std::printf("%8s %3s %8s | %-12s %8s %6s %6s | %8s %6s %6s | %8s %6s %6s | %7s\n", "S", "n", "copy", "auto",
+              "busbw", "/copy", "bound", "ring", "/copy", "bound", "d-read", "/copy", "bound", "dr/ring");
   for (uint64_t size : sizes) {
     SizeCase copy(rt->accelerator(0), rt->accelerator(1), size);
     copy.Verify();
     const int copy_reps = static_cast<int>(std::max<uint64_t>(1, sample_bytes / size));
     for (int n : {2, 4, 8}) {
       AllReduceCase ar(*island, n, size);
-      ar.Verify();
+      const size_t automatic = ar.Add(CollectiveAlgorithm::kAuto);
+      // The comparisons; kAuto's own program stands for the one it picked.
+      size_t ring = automatic, read = automatic;
+      if (ar.algorithm(automatic) != CollectiveAlgorithm::kRing) ring = ar.Add(CollectiveAlgorithm::kRing);
+      if (ar.algorithm(automatic) != CollectiveAlgorithm::kDirectRead) read = ar.Add(CollectiveAlgorithm::kDirectRead);
       const double moved = size * 2.0 * (n - 1) / n;  // per device, per all-reduce
       const int reps = static_cast<int>(std::max<double>(1, sample_bytes / moved));
       std::vector<std::function<double()>> cases = {
           [&] { return Bandwidth(size, copy_reps, [&] { copy.ListCopy(); }); },
-          [&] { return Bandwidth(moved, reps, [&] { ar.Run(); }); },
       };
+      std::vector<size_t> timed = {automatic};
+      if (ring != automatic) timed.push_back(ring);
+      if (read != automatic) timed.push_back(read);
+      for (size_t program : timed) {
+        cases.push_back([&, program] { return Bandwidth(moved, reps, [&] { ar.Run(program); }); });
+      }
       for (auto& run : cases) run();  // warm-up
       auto samples = Alternate(runs, cases);
-      double c = Median(samples[0]), bus = Median(samples[1]);
-      std::printf("%8s %3d %10.2f %10.2f %9.2f %9.2f  %s\n", FormatBytes(size).c_str(), n, c, bus, bus / c,
-                  ar.SharedMemoryBound(), ar.algorithm().c_str());
-      report.Add("allreduce", absl::StrCat("all-reduce ", FormatBytes(size), " n=", n), "busbw GB/s")
-          .Value(bus)
-          .Baseline("copy", c)
-          .Samples(runs)
-          .Param("bytes", static_cast<double>(size))
-          .Param("accelerators", n)
-          .Param("algorithm", ar.algorithm())
-          .Extra("shared_memory_bound", ar.SharedMemoryBound());
+      const double c = Median(samples[0]);
+      auto busbw = [&](size_t program) {
+        return Median(samples[1 + (std::find(timed.begin(), timed.end(), program) - timed.begin())]);
+      };
+      std::printf("%8s %3d %8.2f | %-12s %8.2f %6.2f %6.2f | %8.2f %6.2f %6.2f | %8.2f %6.2f %6.2f | %7.2f\n",
+                  FormatBytes(size).c_str(), n, c, CollectiveAlgorithmName(ar.algorithm(automatic)),
+                  busbw(automatic), busbw(automatic) / c, ar.SharedMemoryBound(automatic), busbw(ring),
+                  busbw(ring) / c, ar.SharedMemoryBound(ring), busbw(read), busbw(read) / c,
+                  ar.SharedMemoryBound(read), busbw(read) / busbw(ring));
+      for (size_t program : timed) {
+        const bool picked = program == automatic;
+        report
+            .Add("allreduce",
+                 absl::StrCat("all-reduce ", FormatBytes(size), " n=", n,
+                              picked ? "" : absl::StrCat(" ", CollectiveAlgorithmName(ar.algorithm(program)))),
+                 "busbw GB/s")
+            .Value(busbw(program))
+            .Baseline("copy", c)
+            .Samples(runs)
+            .Param("bytes", static_cast<double>(size))
+            .Param("accelerators", n)
+            .Param("algorithm", ar.description(program))
+            .Param("picked by auto", picked ? "yes" : "no")
+            .Extra("shared_memory_bound", ar.SharedMemoryBound(program))
+            .Extra("direct_read_over_ring", busbw(read) / busbw(ring));
+      }
       std::fflush(stdout);
     }
   }

@@ -12,7 +12,7 @@
 namespace causeway {
 namespace {
 
-// Bytes copied between accelerators (ICI), as a running total in traces.
+// Bytes read from other accelerators (ICI), as a running total in traces.
 void TraceIciBytes(uint64_t bytes) {
   static std::atomic<uint64_t> total{0};
   Tracer::Get().Counter("ICI bytes", -1, static_cast<double>(total.fetch_add(bytes) + bytes));
@@ -357,9 +357,18 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
   // Several inputs from other VkDevices: one host gate that opens when the
   // last of them is done, so the queue wakes once rather than once per input.
   absl::InlinedVector<const Future<>*, 4> remote;
+  // Remote values an earlier submission to this queue already waited for.
+  auto waited = [this](const Accelerator* owner, uint64_t v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(submit_mu_) {
+    auto it = waited_through_.find(owner);
+    return it != waited_through_.end() && it->second >= v;
+  };
+  // What this submission waits for on other VkDevices, recorded once it is queued.
+  absl::InlinedVector<std::pair<const Accelerator*, uint64_t>, 4> waiting;
   for (const Future<>& w : waits) {
     auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
-    if (owner != nullptr && owner->device_ != device_ && !w.IsReady()) remote.push_back(&w);
+    if (owner != nullptr && owner->device_ != device_ && !w.IsReady() && !waited(owner, w.timeline_value())) {
+      remote.push_back(&w);
+    }
   }
   const bool join_remote = remote.size() > 1;
   // What the queue waits on, for the trace.
@@ -382,6 +391,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     join->left = static_cast<int>(remote.size());
     for (const Future<>* w : remote) {
       trace_wait(dynamic_cast<const Accelerator*>(w->timeline_driver()), w->timeline_value());
+      waiting.emplace_back(dynamic_cast<const Accelerator*>(w->timeline_driver()), w->timeline_value());
       // Failures are the slot's to see when it retires (it checks its inputs).
       w->OnReady([join](const absl::Status&) {
         if (join->left.fetch_sub(1) == 1) join->done.Set(absl::OkStatus());
@@ -417,7 +427,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       wait_values.push_back(w.timeline_value());
       continue;
     }
-    if (join_remote) continue;  // behind the gate above
+    if (join_remote || waited(owner, w.timeline_value())) continue;  // behind the gate above, or before
     auto relay = RelayFrom(owner);
     if (!relay.ok()) {
       status = relay.status();
@@ -427,6 +437,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       trace_wait(owner, w.timeline_value());
       wait_sems.push_back(*relay);
       wait_values.push_back(w.timeline_value());
+      waiting.emplace_back(owner, w.timeline_value());
     }
   }
 
@@ -488,8 +499,12 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     return future;
   }
   Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
+  for (const auto& [owner, v] : waiting) {
+    uint64_t& through = waited_through_[owner];
+    through = std::max(through, v);
+  }
   if (span.active()) {
-    if (list->peer_copy_bytes() > 0) TraceIciBytes(list->peer_copy_bytes());
+    if (list->peer_read_bytes() > 0) TraceIciBytes(list->peer_read_bytes());
     span.set_flow(TraceFlowId(index_, value));
     span.set_args(absl::StrCat("\"accelerator\":", index_, ",\"submission\":", value, ",\"waits\":[",
                                traced_waits, "]"));

@@ -290,6 +290,11 @@ class Accelerator final : public TimelineDriver {
 
   // Serializes submissions: timeline values must reach the queue in order.
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(ring_mu_);
+  // Per accelerator on another VkDevice, the highest of its values that a
+  // submission to this queue has waited for (through a relay or a host
+  // gate). The queue runs in order, so a later submission needs no wait of
+  // its own for that value or an earlier one: each would be a host hop.
+  absl::flat_hash_map<const Accelerator*, uint64_t> waited_through_ ABSL_GUARDED_BY(submit_mu_);
   // Serializes retirement, so slots resolve in order.
   absl::Mutex retire_mu_ ABSL_ACQUIRED_BEFORE(ring_mu_);
   mutable absl::Mutex ring_mu_;

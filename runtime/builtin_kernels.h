@@ -35,6 +35,11 @@ struct CombineParams {
   uint32_t b_offset;
   uint32_t result_offset;
 };
+struct CombineNParams {
+  uint32_t count;
+  uint32_t offset[8];  // per operand
+  uint32_t result_offset;
+};
 struct MatmulParams {
   uint32_t m;
   uint32_t n;

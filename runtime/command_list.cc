@@ -84,11 +84,11 @@ absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, 
     if (a.buffer == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": null buffer"));
     }
-    if (a.buffer->accelerator() != accelerator_) {
+    if (a.buffer->accelerator() != accelerator_ && !b.read_only) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "kernel '", name, "' binding ", b.binding, ": buffer lives on accelerator ",
+          "kernel '", name, "' binding ", b.binding, " is written, and its buffer lives on accelerator ",
           a.buffer->accelerator()->index(), ", the command list on accelerator ", accelerator_->index(),
-          " (copy it first)"));
+          " (a kernel writes only its own accelerator's memory)"));
     }
     if (!InBuffer(a)) {
       return absl::OutOfRangeError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": range [", a.offset,
@@ -116,6 +116,35 @@ absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, 
                                                      a.offset, " is not a multiple of ", align));
     }
   }
+  // Peers' buffers: bound through this device's imports of their blocks.
+  std::vector<std::shared_ptr<ImportedBlock>> imported;
+  uint64_t peer_bytes = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const BufferArg& a = args[i];
+    if (a.buffer->accelerator() == accelerator_) continue;
+    const KernelBinding& b = r.bindings[i];
+    ASSIGN_OR_RETURN(std::shared_ptr<ImportedBlock> import,
+                     PeerRead(*a.buffer, absl::StrCat("kernel '", name, "' binding ", b.binding)));
+    peer_bytes += a.resolved_size();
+    if (import == nullptr) continue;
+    if (b.kind == BindingKind::kUniformBuffer) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding,
+                                                     ": a uniform buffer must live on the list's accelerator (",
+                                                     accelerator_->index(), "), not on accelerator ",
+                                                     a.buffer->accelerator()->index()));
+    }
+    // Blocks place buffers at aligned offsets, so the shift keeps the
+    // alignment checked above; a peer with other limits would not.
+    const uint64_t align = limits.minStorageBufferOffsetAlignment;
+    if ((a.offset + a.buffer->block_offset()) % align != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' binding ", b.binding, ": offset ",
+                                                     a.offset + a.buffer->block_offset(),
+                                                     " in accelerator ", a.buffer->accelerator()->index(),
+                                                     "'s memory block is not a multiple of ", align));
+    }
+    imported.resize(args.size());
+    imported[i] = std::move(import);
+  }
   if (push_constants.size() != r.push_constant_size) {
     return absl::InvalidArgumentError(absl::StrCat("kernel '", name, "' expects ", r.push_constant_size,
                                                    " bytes of push constants, got ", push_constants.size()));
@@ -134,8 +163,28 @@ absl::Status CommandList::Dispatch(const std::shared_ptr<const Kernel>& kernel, 
   c.push.assign(push_constants.begin(), push_constants.end());
   c.groups = groups;
   c.name = name;
+  c.imported = std::move(imported);
+  peer_read_bytes_ += peer_bytes;
   commands_.push_back(std::move(c));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ImportedBlock>> CommandList::PeerRead(const Buffer& buffer, const std::string& what) {
+  Accelerator* from = buffer.accelerator();
+  const CopyPath path = accelerator_->PathFor(buffer);
+  switch (path) {
+    case CopyPath::kSameQueue:
+    case CopyPath::kSameDevice:
+      return nullptr;
+    case CopyPath::kExternalMemory:
+      return accelerator_->imports_->Get(from->device_pool(), *buffer.block());
+    case CopyPath::kHostStaged:
+      break;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " is a buffer of ", buffer.size(), " bytes on accelerator ", from->index(), " that accelerator ",
+      accelerator_->index(), " cannot read directly (path ", CopyPathName(path),
+      "); move it with Accelerator::Copy, which stages through the host"));
 }
 
 absl::Status CommandList::Copy(const BufferArg& src, const BufferArg& dst) {
@@ -185,21 +234,12 @@ absl::Status CommandList::CopyRegions(const std::shared_ptr<Buffer>& src, const 
   c.name = "copy";
   Accelerator* from = src->accelerator();
   if (from != accelerator_) {
-    for (const CopyRegion& r : regions) peer_copy_bytes_ += r.size;
-  }
-  switch (accelerator_->PathFor(*src)) {
-    case CopyPath::kSameQueue:
-    case CopyPath::kSameDevice:
-      break;
-    case CopyPath::kExternalMemory: {
-      ASSIGN_OR_RETURN(c.imported, accelerator_->imports_->Get(from->device_pool(), *src->block()));
+    ASSIGN_OR_RETURN(std::shared_ptr<ImportedBlock> import, PeerRead(*src, "Copy: the source"));
+    if (import != nullptr) {
+      c.imported = {std::move(import), nullptr};
       c.name = "copy-import";
-      break;
     }
-    case CopyPath::kHostStaged:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Copy: no device path from accelerator ", from->index(), " to ", accelerator_->index(),
-          "; use Accelerator::Copy, which stages through the host"));
+    for (const CopyRegion& r : regions) peer_read_bytes_ += r.size;
   }
   commands_.push_back(std::move(c));
   return absl::OkStatus();
@@ -330,19 +370,26 @@ absl::Status CommandList::Record(Recording* r) {
   const Pipeline* bound = nullptr;
   for (size_t i = 0; i < commands_.size(); ++i) {
     const Command& c = commands_[i];
+    // Arg j as this device addresses it: its own buffer, or the import of
+    // a peer's block (at the buffer's offset in it).
+    auto imported = [&c](size_t j) { return j < c.imported.size() ? c.imported[j].get() : nullptr; };
+    auto handle = [&](size_t j) { return imported(j) ? imported(j)->buffer : c.args[j].buffer->handle(); };
+    auto offset = [&](size_t j) {
+      return c.args[j].offset + (imported(j) ? c.args[j].buffer->block_offset() : 0);
+    };
     std::vector<VkBuffer> reads, writes;
     switch (c.kind) {
       case Command::kDispatch: {
         const auto& bindings = c.pipeline->kernel->reflection().bindings;
         for (size_t j = 0; j < c.args.size(); ++j) {
-          if (!bindings[j].write_only) reads.push_back(c.args[j].buffer->handle());
-          if (!bindings[j].read_only) writes.push_back(c.args[j].buffer->handle());
+          if (!bindings[j].write_only) reads.push_back(handle(j));
+          if (!bindings[j].read_only) writes.push_back(handle(j));
         }
         break;
       }
       case Command::kCopy:
-        reads.push_back(c.imported ? c.imported->buffer : c.args[0].buffer->handle());
-        writes.push_back(c.args[1].buffer->handle());
+        reads.push_back(handle(0));
+        writes.push_back(handle(1));
         break;
       case Command::kFill:
         writes.push_back(c.args[0].buffer->handle());
@@ -365,6 +412,26 @@ absl::Status CommandList::Record(Recording* r) {
     read.insert(reads.begin(), reads.end());
 
     if (per_command) vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 2 * i);
+    if (!c.imported.empty()) {
+      // The peers' memory, acquired from the external queue family first.
+      const bool copy = c.kind == Command::kCopy;
+      std::vector<VkBufferMemoryBarrier> acquires;
+      for (size_t j = 0; j < c.args.size(); ++j) {
+        if (imported(j) == nullptr) continue;
+        VkBufferMemoryBarrier& acquire = acquires.emplace_back();
+        acquire = {VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
+        acquire.srcAccessMask = 0;
+        acquire.dstAccessMask = copy ? VK_ACCESS_TRANSFER_READ_BIT : VK_ACCESS_SHADER_READ_BIT;
+        acquire.srcQueueFamilyIndex = VK_QUEUE_FAMILY_EXTERNAL;
+        acquire.dstQueueFamilyIndex = device.queue_family();
+        acquire.buffer = handle(j);
+        acquire.offset = offset(j);
+        acquire.size = c.args[j].resolved_size();
+      }
+      vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
+                           copy ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0,
+                           nullptr, static_cast<uint32_t>(acquires.size()), acquires.data(), 0, nullptr);
+    }
     switch (c.kind) {
       case Command::kDispatch: {
         const Pipeline* p = c.pipeline;
@@ -376,7 +443,7 @@ absl::Status CommandList::Record(Recording* r) {
         std::vector<VkDescriptorBufferInfo> infos(c.args.size());
         std::vector<VkWriteDescriptorSet> writes_ds(c.args.size());
         for (size_t j = 0; j < c.args.size(); ++j) {
-          infos[j] = {c.args[j].buffer->handle(), c.args[j].offset, c.args[j].resolved_size()};
+          infos[j] = {handle(j), offset(j), c.args[j].resolved_size()};
           VkWriteDescriptorSet& w = writes_ds[j];
           w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
           w.dstSet = sets[i];
@@ -403,29 +470,11 @@ absl::Status CommandList::Record(Recording* r) {
         break;
       }
       case Command::kCopy: {
-        VkBuffer src = c.args[0].buffer->handle();
-        uint64_t src_offset = c.args[0].offset, shift = 0;
-        if (c.imported) {
-          // The peer's memory, reached through this device's import of its
-          // whole block; acquire it from the external queue family first.
-          src = c.imported->buffer;
-          shift = c.args[0].buffer->block_offset();
-          src_offset += shift;
-          VkBufferMemoryBarrier acquire{VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
-          acquire.srcAccessMask = 0;
-          acquire.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT;
-          acquire.srcQueueFamilyIndex = VK_QUEUE_FAMILY_EXTERNAL;
-          acquire.dstQueueFamilyIndex = device.queue_family();
-          acquire.buffer = src;
-          acquire.offset = src_offset;
-          acquire.size = c.args[0].size;
-          vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 0,
-                               nullptr, 1, &acquire, 0, nullptr);
-        }
+        // Regions are absolute in the buffers; an import holds the whole block.
+        const uint64_t shift = offset(0) - c.args[0].offset;
         std::vector<VkBufferCopy> regions = c.regions;
         for (VkBufferCopy& region : regions) region.srcOffset += shift;
-        vkCmdCopyBuffer(r->cb, src, c.args[1].buffer->handle(), static_cast<uint32_t>(regions.size()),
-                        regions.data());
+        vkCmdCopyBuffer(r->cb, handle(0), handle(1), static_cast<uint32_t>(regions.size()), regions.data());
         break;
       }
       case Command::kFill:

@@ -59,9 +59,15 @@ class CommandList {
   CommandList& operator=(const CommandList&) = delete;
 
   // Appends a dispatch of `kernel` over `groups` workgroups. `args` bind to the
-  // kernel's bindings in order; each must be on this list's accelerator, large
-  // enough for the binding's fixed part and within the device's binding limit.
-  // `push_constants` must have exactly the kernel's push-constant size.
+  // kernel's bindings in order; each must be large enough for the binding's
+  // fixed part and within the device's binding limit. A binding the kernel
+  // only reads may be a buffer of another accelerator with a device path to
+  // this one (see Accelerator::PathFrom): the kernel then reads the peer's
+  // memory in place, through this device's import of its block where they
+  // are separate VkDevices. The caller orders the read after the peer's
+  // writes (a wait on its future), as for a copy. Bindings that are written
+  // must be on this list's accelerator. `push_constants` must have exactly
+  // the kernel's push-constant size.
   absl::Status Dispatch(const std::shared_ptr<const Kernel>& kernel, std::vector<BufferArg> args,
                         absl::Span<const uint8_t> push_constants, std::array<uint32_t, 3> groups,
                         const SpecValues& spec = {});
@@ -92,8 +98,9 @@ class CommandList {
 
   Accelerator* accelerator() const { return accelerator_; }
   size_t size() const { return commands_.size(); }
-  // Bytes this list copies from other accelerators' memory (ICI) per run.
-  uint64_t peer_copy_bytes() const { return peer_copy_bytes_; }
+  // Bytes this list copies, or binds for kernels to read, from other
+  // accelerators' memory (ICI) per run.
+  uint64_t peer_read_bytes() const { return peer_read_bytes_; }
   bool sealed() const;
   const std::string& label() const { return label_; }
 
@@ -106,7 +113,10 @@ class CommandList {
     std::vector<uint8_t> push;
     std::array<uint32_t, 3> groups{};
     uint32_t word = 0;
-    std::shared_ptr<ImportedBlock> imported;  // copy from a peer device's memory
+    // Per arg, empty when none is: the peer block an arg on another
+    // VkDevice is read through (its offset in that block is the buffer's
+    // block_offset() more).
+    std::vector<std::shared_ptr<ImportedBlock>> imported;
     std::vector<VkBufferCopy> regions;        // copy: absolute offsets in the two buffers
     std::string name;
   };
@@ -131,6 +141,10 @@ class CommandList {
 
   CommandList(Accelerator* accelerator, std::string label);
   absl::Status CheckAppendable() const;
+  // How this list reads `buffer` of another accelerator: null where it is
+  // bound as it is (same VkDevice), the import of its block where it is on
+  // another VkDevice; an error naming `what` where there is no device path.
+  absl::StatusOr<std::shared_ptr<ImportedBlock>> PeerRead(const Buffer& buffer, const std::string& what);
   // A free recording, made if needed. Thread-safe.
   absl::StatusOr<Recording*> AcquireRecording(Timing timing);
   void ReleaseRecording(Recording* r);
@@ -147,7 +161,7 @@ class CommandList {
   Accelerator* accelerator_;
   std::string label_;
   std::vector<Command> commands_;
-  uint64_t peer_copy_bytes_ = 0;
+  uint64_t peer_read_bytes_ = 0;
   VkCommandPool pool_ = VK_NULL_HANDLE;
 
   mutable absl::Mutex mu_;

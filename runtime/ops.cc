@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -21,11 +22,56 @@ constexpr uint32_t kLocal = 256;  // the 1-D kernels' default workgroup size
 constexpr uint32_t kReduceGroups = 256;
 // Workgroups of a combine dispatch at most.
 constexpr uint32_t kCombineGroups = 1024;
+// Operands of one combine_n dispatch at most (its bindings 0..7).
+constexpr size_t kCombineOperands = 8;
 
 absl::Status Elementwise(const char* name, CommandList& list, std::vector<BufferArg> args, uint32_t count) {
   if (count == 0) return absl::InvalidArgumentError(absl::StrCat(name, ": count must be > 0"));
   ASSIGN_OR_RETURN(auto kernel, BuiltinKernel(name));
   return list.Dispatch(kernel, std::move(args), CountParams{count}, Groups1D(count, kLocal));
+}
+
+// Dispatches `kernel` over elements [first, last) of `refs`, one binding
+// each in order, `unit` elements (1, or 4 for a uvec4) per index: each
+// binding starts at an offset aligned for storage buffers at or before its
+// element, in as many dispatches as the device's binding limit needs, so the
+// buffers may be of any size. Push constants: the count of units, then each
+// binding's offset to its first element, in units. If `at_zero_id` is not
+// negative, the specialization constant of that id tells the kernel when
+// every binding starts at its first element (1) or not (0).
+absl::Status DispatchElementwise(CommandList& list, const std::shared_ptr<const Kernel>& kernel,
+                                 absl::Span<const ElementRef> refs, uint64_t unit, uint64_t first, uint64_t last,
+                                 const SpecValues& spec, int at_zero_id = -1) {
+  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
+  // Bound offsets are multiples of `step` (a power of two, like the
+  // device's alignment), so a binding starts at most step - 4 bytes before
+  // its operand.
+  const uint64_t step = std::max<uint64_t>(limits.minStorageBufferOffsetAlignment, 16);
+  // Elements per dispatch, a multiple of 4 that fits the binding limit.
+  const uint64_t per_dispatch = std::min<uint64_t>((limits.maxStorageBufferRange - step) / 16 * 4, 1u << 30);
+  for (uint64_t done = first; done < last; done += per_dispatch) {
+    const uint64_t n = std::min(per_dispatch, last - done);
+    std::vector<uint32_t> push = {static_cast<uint32_t>(n / unit)};
+    std::vector<BufferArg> args;
+    bool at_zero = true;
+    for (const ElementRef& ref : refs) {
+      const uint64_t byte = (ref.offset + done) * 4;
+      const uint64_t base = byte - byte % step;
+      push.push_back(static_cast<uint32_t>((byte - base) / 4 / unit));
+      at_zero &= push.back() == 0;
+      args.emplace_back(ref.buffer, base, byte - base + n * 4);
+    }
+    SpecValues specialized = spec;
+    if (at_zero_id >= 0) specialized.push_back({static_cast<uint32_t>(at_zero_id), at_zero ? 1u : 0u});
+    // About a thousand workgroups keep a CPU driver's threads busy without
+    // paying for many small ones (measured on lavapipe: 8192 groups run
+    // 30% slower than 1024).
+    RETURN_IF_ERROR(list.Dispatch(
+        kernel, std::move(args),
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(push.data()), push.size() * 4),
+        Groups1D(n / unit, kLocal, kCombineGroups), specialized));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -50,43 +96,61 @@ absl::Status Mul(CommandList& list, const BufferArg& a, const BufferArg& b, cons
 
 absl::Status Combine(CommandList& list, bool max, bool i32, const ElementRef& a, const ElementRef& b,
                      const ElementRef& out, uint64_t count) {
-  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
-  // Bound offsets are multiples of `step` (a power of two, like the
-  // device's alignment), so a binding starts at most step - 4 bytes before
-  // its operand.
-  const uint64_t step = std::max<uint64_t>(limits.minStorageBufferOffsetAlignment, 16);
-  // Elements per dispatch, a multiple of 4 that fits the binding limit.
-  const uint64_t per_dispatch = std::min<uint64_t>((limits.maxStorageBufferRange - step) / 16 * 4, 1u << 30);
-  const SpecValues spec = {{1, max ? 1u : 0u}, {2, i32 ? 1u : 0u}};
-  // Elements [first, last) in units of `unit` elements (4: combine4).
-  auto run = [&](uint64_t unit, uint64_t first, uint64_t last) -> absl::Status {
-    ASSIGN_OR_RETURN(auto kernel, BuiltinKernel(unit == 4 ? "combine4" : "combine"));
-    for (uint64_t done = first; done < last; done += per_dispatch) {
-      const uint64_t n = std::min(per_dispatch, last - done);
-      uint32_t lead[3];
-      std::vector<BufferArg> args;
-      const ElementRef* refs[3] = {&a, &b, &out};
-      for (int i = 0; i < 3; ++i) {
-        const uint64_t byte = (refs[i]->offset + done) * 4;
-        const uint64_t base = byte - byte % step;
-        lead[i] = static_cast<uint32_t>((byte - base) / 4 / unit);
-        args.emplace_back(refs[i]->buffer, base, byte - base + n * 4);
-      }
-      CombineParams params{static_cast<uint32_t>(n / unit), lead[0], lead[1], lead[2]};
-      // About a thousand workgroups keep a CPU driver's threads busy without
-      // paying for many small ones (measured on lavapipe: 8192 groups run
-      // 30% slower than 1024).
-      RETURN_IF_ERROR(
-          list.Dispatch(kernel, std::move(args), params, Groups1D(n / unit, kLocal, kCombineGroups), spec));
-    }
-    return absl::OkStatus();
-  };
   // Four elements per invocation (twice as fast on lavapipe) when every
   // operand starts at a multiple of 4 elements; the last count % 4 singly.
   const bool quads = a.offset % 4 == 0 && b.offset % 4 == 0 && out.offset % 4 == 0;
   const uint64_t whole = quads ? count / 4 * 4 : 0;
-  RETURN_IF_ERROR(run(4, 0, whole));
-  return run(1, whole, count);
+  const SpecValues spec = {{1, max ? 1u : 0u}, {2, i32 ? 1u : 0u}};
+  const ElementRef refs[] = {a, b, out};
+  static_assert(sizeof(CombineParams) == 4 * (1 + std::size(refs)), "count, then one offset per binding");
+  if (whole > 0) {
+    ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("combine4"));
+    RETURN_IF_ERROR(DispatchElementwise(list, kernel, refs, 4, 0, whole, spec));
+  }
+  if (whole == count) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("combine"));
+  return DispatchElementwise(list, kernel, refs, 1, whole, count, spec);
+}
+
+absl::Status CombineN(CommandList& list, bool max, bool i32, absl::Span<const ElementRef> operands,
+                      const ElementRef& out, uint64_t count) {
+  if (operands.empty()) return absl::InvalidArgumentError("combine_n: no operands");
+  if (out.buffer == nullptr) return absl::InvalidArgumentError("combine_n: null output buffer");
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const ElementRef& x = operands[k];
+    if (x.buffer == nullptr) return absl::InvalidArgumentError(absl::StrCat("combine_n: operand ", k, " is null"));
+    if (x.buffer == out.buffer && x.offset < out.offset + count && out.offset < x.offset + count) {
+      return absl::InvalidArgumentError(absl::StrCat("combine_n: operand ", k, " (elements ", x.offset, "..",
+                                                     x.offset + count, ") overlaps the output (elements ",
+                                                     out.offset, "..", out.offset + count, ")"));
+    }
+  }
+  if (count == 0) return absl::OkStatus();
+  bool quads = out.offset % 4 == 0;
+  for (const ElementRef& x : operands) quads &= x.offset % 4 == 0;
+  const uint64_t whole = quads ? count / 4 * 4 : 0;
+  ASSIGN_OR_RETURN(auto kernel, BuiltinKernel("combine_n"));
+  // Groups of up to kCombineOperands, each after the first folded into the
+  // output, so that the operands are reduced in order.
+  for (size_t first = 0; first < operands.size(); first += kCombineOperands) {
+    const size_t n = std::min(operands.size() - first, kCombineOperands);
+    std::vector<ElementRef> refs(operands.begin() + first, operands.begin() + first + n);
+    // Bindings past n are never read: the output there keeps the import of
+    // a peer's block out of them (and out of the bytes read from peers).
+    refs.resize(kCombineOperands, out);
+    refs.push_back(out);
+    static_assert(sizeof(CombineNParams) == 4 * (1 + kCombineOperands + 1), "count, then one offset per binding");
+    for (uint64_t unit : {4, 1}) {
+      const SpecValues spec = {{1, max ? 1u : 0u},
+                               {2, i32 ? 1u : 0u},
+                               {3, static_cast<uint32_t>(n)},
+                               {4, unit == 4 ? 1u : 0u},
+                               {5, first > 0 ? 1u : 0u}};
+      RETURN_IF_ERROR(DispatchElementwise(list, kernel, refs, unit, unit == 4 ? 0 : whole, unit == 4 ? whole : count,
+                                          spec, /*at_zero_id=*/6));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha) {

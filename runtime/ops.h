@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "runtime/command_list.h"
 #include "runtime/instance.h"
 #include "runtime/op_plan.h"
@@ -37,6 +38,16 @@ struct ElementRef {
 // needs, so the buffers may be of any size. `out` must not overlap a or b.
 absl::Status Combine(CommandList& list, bool max, bool i32, const ElementRef& a, const ElementRef& b,
                      const ElementRef& out, uint64_t count);
+// out[i] = op(operands[0][i], ..., operands[k-1][i]) for i < count, folded
+// left in operand order (the same operands in the same order give the same
+// bits on every device), op and types as Combine. Operands may live on other
+// accelerators that this list's can read directly (CommandList::Dispatch):
+// a reduction then reads its peers' memory in place. One dispatch per eight
+// operands (and per binding limit's worth of elements), four elements per
+// invocation where every offset is a multiple of 4, the rest singly. `out`
+// must be on the list's accelerator and overlap no operand.
+absl::Status CombineN(CommandList& list, bool max, bool i32, absl::Span<const ElementRef> operands,
+                      const ElementRef& out, uint64_t count);
 // y = alpha * x.
 absl::Status Scale(CommandList& list, const BufferArg& x, const BufferArg& y, uint32_t count, float alpha);
 // out[0] = sum of x[0..count). `scratch` holds at least ReduceSumScratch(count) floats.

@@ -25,10 +25,24 @@ const char* CollectiveKindName(CollectiveKind kind) {
 
 const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "max"; }
 
+const char* CollectiveAlgorithmName(CollectiveAlgorithm algorithm) {
+  switch (algorithm) {
+    case CollectiveAlgorithm::kAuto:
+      return "auto";
+    case CollectiveAlgorithm::kDirect:
+      return "direct";
+    case CollectiveAlgorithm::kRing:
+      return "ring";
+    case CollectiveAlgorithm::kDirectRead:
+      return "direct-read";
+  }
+  return "?";
+}
+
 std::string CollectivePlan::ToString() const {
   bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
-  return absl::StrCat(CollectiveKindName(kind), reduces ? absl::StrCat(" ", ReduceOpName(options.op)) : "",
-                      ring ? " ring" : " direct", " over ", devices, " devices, ", phases.size(), " phases");
+  return absl::StrCat(CollectiveKindName(kind), reduces ? absl::StrCat(" ", ReduceOpName(options.op)) : "", " ",
+                      CollectiveAlgorithmName(algorithm), " over ", devices, " devices, ", phases.size(), " phases");
 }
 
 absl::StatusOr<Shape> CollectiveOutputShard(CollectiveKind kind, int devices, const Shape& shard) {
@@ -180,6 +194,46 @@ void DirectReduce(CollectivePlan& plan, uint64_t len, bool scatter) {
   plan.phases.push_back(std::move(phase));
 }
 
+// Direct-read: position d reduces its slice of every position's input in
+// place into its output (block d for reduce-scatter, quad piece d for
+// all-reduce); an all-reduce then copies each other slice from its owner.
+// A device waits only for the peers it reads: none when its slice is empty.
+void PlanDirectRead(CollectivePlan& plan, bool scatter) {
+  const int n = plan.devices;
+  auto slice = [&](int d) -> Piece {
+    if (scatter) return {static_cast<uint64_t>(d) * plan.out_elements, plan.out_elements};
+    return QuadPieceOf(plan.in_elements, n, d);
+  };
+  CollectivePhase reduce = NewPhase(n);
+  for (int d = 0; d < n; ++d) {
+    const Piece c = slice(d);
+    if (c.size == 0) continue;
+    for (int e = 0; e < n; ++e) {
+      if (e != d) reduce.waits[d].push_back(e);
+    }
+    CollectiveOp op;
+    op.kind = CollectiveOp::kReduce;
+    op.src = CollectiveOp::kIn;
+    op.src_offset = c.offset;
+    op.dst = CollectiveOp::kOut;
+    op.dst_offset = scatter ? 0 : c.offset;
+    op.elements = c.size;
+    reduce.ops[d].push_back(op);
+  }
+  plan.phases.push_back(std::move(reduce));
+  if (scatter) return;
+  CollectivePhase gather = NewPhase(n);
+  for (int d = 0; d < n; ++d) {
+    for (int e = 0; e < n; ++e) {
+      const Piece c = slice(e);
+      if (e == d || c.size == 0) continue;
+      gather.waits[d].push_back(e);
+      gather.ops[d].push_back(Copy(e, CollectiveOp::kOut, c.offset, CollectiveOp::kOut, c.offset, c.size));
+    }
+  }
+  plan.phases.push_back(std::move(gather));
+}
+
 void PlanAllReduceRing(CollectivePlan& plan) {
   const int n = plan.devices;
   const uint64_t e = plan.in_elements;
@@ -240,7 +294,8 @@ void PlanReduceScatterRing(CollectivePlan& plan) {
   plan.work_elements = n > 2 ? plan.in_elements : 0;
 }
 
-void PlanAllGather(CollectivePlan& plan, bool ring) {
+void PlanAllGather(CollectivePlan& plan) {
+  const bool ring = plan.algorithm == CollectiveAlgorithm::kRing;
   const int n = plan.devices;
   const uint64_t e = plan.in_elements;
   if (!ring) {
@@ -270,7 +325,8 @@ void PlanAllGather(CollectivePlan& plan, bool ring) {
   }
 }
 
-void PlanBroadcast(CollectivePlan& plan, bool ring) {
+void PlanBroadcast(CollectivePlan& plan) {
+  const bool ring = plan.algorithm == CollectiveAlgorithm::kRing;
   const int n = plan.devices, root = plan.options.root;
   const uint64_t e = plan.in_elements;
   if (!ring) {
@@ -333,11 +389,47 @@ absl::Status PlanPermute(CollectivePlan& plan) {
   return absl::OkStatus();
 }
 
+// The algorithm `options` ask for, resolved for this collective.
+absl::StatusOr<CollectiveAlgorithm> ChooseAlgorithm(CollectiveKind kind, const CollectiveOptions& options, int devices,
+                                                    uint64_t shard_bytes, bool shared_memory) {
+  const bool reduces = kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
+  switch (options.algorithm) {
+    case CollectiveAlgorithm::kAuto:
+      if (devices == 1 || kind == CollectiveKind::kPermute || shard_bytes < options.ring_threshold_bytes) {
+        return CollectiveAlgorithm::kDirect;
+      }
+      return reduces && shared_memory ? CollectiveAlgorithm::kDirectRead : CollectiveAlgorithm::kRing;
+    case CollectiveAlgorithm::kDirect:
+      return CollectiveAlgorithm::kDirect;
+    case CollectiveAlgorithm::kRing:
+      if (kind == CollectiveKind::kPermute) {
+        return absl::InvalidArgumentError("permute has no ring algorithm (every pair is one copy)");
+      }
+      return devices == 1 ? CollectiveAlgorithm::kDirect : CollectiveAlgorithm::kRing;
+    case CollectiveAlgorithm::kDirectRead:
+      if (!reduces) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "direct-read is an algorithm of all-reduce and reduce-scatter; ", CollectiveKindName(kind),
+            " copies, and its direct algorithm already reads the peers' memory"));
+      }
+      if (devices > 1 && !shared_memory) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "direct-read reads the peers' inputs in place, but these ", devices,
+            " devices cannot read each other's memory directly (their copies stage through the host); "
+            "use ring or direct"));
+      }
+      return devices == 1 ? CollectiveAlgorithm::kDirect : CollectiveAlgorithm::kDirectRead;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown collective algorithm ", static_cast<int>(options.algorithm)));
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const CollectivePlan>> PlanCollective(CollectiveKind kind,
                                                                      const CollectiveOptions& options,
-                                                                     int devices, const Shape& shard, DType dtype) {
+                                                                     int devices, const Shape& shard, DType dtype,
+                                                                     bool shared_memory) {
   if (devices < 1) return absl::InvalidArgumentError("a collective needs at least one device");
   auto plan = std::make_shared<CollectivePlan>();
   plan->kind = kind;
@@ -357,13 +449,8 @@ absl::StatusOr<std::shared_ptr<const CollectivePlan>> PlanCollective(CollectiveK
                                                    " devices the collective runs over (positions 0..", devices - 1,
                                                    ")"));
   }
-  if (kind == CollectiveKind::kPermute && options.algorithm == CollectiveAlgorithm::kRing) {
-    return absl::InvalidArgumentError("permute has no ring algorithm (every pair is one copy)");
-  }
-  const uint64_t shard_bytes = plan->in_elements * DTypeSize(dtype);
-  plan->ring = devices > 1 && kind != CollectiveKind::kPermute &&
-               (options.algorithm == CollectiveAlgorithm::kRing ||
-                (options.algorithm == CollectiveAlgorithm::kAuto && shard_bytes >= options.ring_threshold_bytes));
+  ASSIGN_OR_RETURN(plan->algorithm, ChooseAlgorithm(kind, options, devices, plan->in_elements * DTypeSize(dtype),
+                                                     shared_memory));
 
   if (devices == 1 && kind != CollectiveKind::kPermute) {
     CollectivePhase phase = NewPhase(1);
@@ -371,26 +458,31 @@ absl::StatusOr<std::shared_ptr<const CollectivePlan>> PlanCollective(CollectiveK
     plan->phases.push_back(std::move(phase));
     return plan;
   }
+  const CollectiveAlgorithm algorithm = plan->algorithm;
   switch (kind) {
     case CollectiveKind::kAllReduce:
-      if (plan->ring) {
+      if (algorithm == CollectiveAlgorithm::kRing) {
         PlanAllReduceRing(*plan);
+      } else if (algorithm == CollectiveAlgorithm::kDirectRead) {
+        PlanDirectRead(*plan, /*scatter=*/false);
       } else {
         DirectReduce(*plan, plan->in_elements, /*scatter=*/false);
       }
       break;
     case CollectiveKind::kReduceScatter:
-      if (plan->ring) {
+      if (algorithm == CollectiveAlgorithm::kRing) {
         PlanReduceScatterRing(*plan);
+      } else if (algorithm == CollectiveAlgorithm::kDirectRead) {
+        PlanDirectRead(*plan, /*scatter=*/true);
       } else {
         DirectReduce(*plan, plan->out_elements, /*scatter=*/true);
       }
       break;
     case CollectiveKind::kAllGather:
-      PlanAllGather(*plan, plan->ring);
+      PlanAllGather(*plan);
       break;
     case CollectiveKind::kBroadcast:
-      PlanBroadcast(*plan, plan->ring);
+      PlanBroadcast(*plan);
       break;
     case CollectiveKind::kPermute:
       RETURN_IF_ERROR(PlanPermute(*plan));

@@ -26,11 +26,20 @@
 // Reductions (sum, max) take f32 or i32; the others move bytes of any dtype.
 //
 // Algorithms: direct (one phase: every device reads what it needs from its
-// peers at once; least latency) or ring (bandwidth-optimal: all-reduce is a
-// reduce-scatter and an all-gather around the ring, 2(n-1) phases of chunks
-// of about E/n elements; broadcast is a pipelined chain). kAuto picks ring for
-// shards of at least CollectiveOptions::ring_threshold_bytes. Every phase is a
-// gang call: each device's part waits only on the peers it reads from.
+// peers at once; least latency) or ring (bandwidth-optimal over links: all-
+// reduce is a reduce-scatter and an all-gather around the ring, 2(n-1)
+// phases of chunks of about E/n elements; broadcast is a pipelined chain), or,
+// for the reductions on devices that read each other's memory directly (one
+// VkDevice, or imported memory; not host-staged), direct-read: device p
+// reduces its slice p of all n inputs in one kernel that reads them in place
+// from the peers' memory, in position order, into its output (reduce-scatter
+// ends there); an all-reduce then copies every other slice from its owner's
+// output. Two phases, no scratch, and the fewest bytes a shared memory bus
+// moves in two phases. kAuto picks, for shards of at least
+// CollectiveOptions::ring_threshold_bytes, direct-read for the reductions
+// where the devices share memory and ring otherwise; direct below. Every
+// phase is a gang call: each device's part waits only on the peers it reads
+// from.
 #ifndef CAUSEWAY_SCHEDULER_COLLECTIVES_H_
 #define CAUSEWAY_SCHEDULER_COLLECTIVES_H_
 
@@ -47,16 +56,19 @@ namespace causeway {
 
 enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kPermute };
 enum class ReduceOp { kSum, kMax };
-enum class CollectiveAlgorithm { kAuto, kDirect, kRing };
+enum class CollectiveAlgorithm { kAuto, kDirect, kRing, kDirectRead };
 const char* CollectiveKindName(CollectiveKind kind);
 const char* ReduceOpName(ReduceOp op);
+const char* CollectiveAlgorithmName(CollectiveAlgorithm algorithm);  // "auto", "direct", "ring", "direct-read"
 
 struct CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;  // all-reduce, reduce-scatter
   int root = 0;                  // broadcast
   std::vector<std::pair<int, int>> pairs;  // permute: (source, target) positions
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
-  uint64_t ring_threshold_bytes = 256 << 10;  // kAuto: ring from this shard size
+  // kAuto: ring (direct-read for reductions where devices share memory) from
+  // this shard size.
+  uint64_t ring_threshold_bytes = 256 << 10;
   // -1: one group of every device of the mesh. 0 or 1: over that axis of a
   // 2-D mesh, one group per line of devices along it.
   int mesh_axis = -1;
@@ -88,6 +100,10 @@ struct CollectiveOp {
     kCopy,     // src_device's src[src_offset..] -> this device's dst[dst_offset..], `elements`
     kCombine,  // dst[dst_offset + i] = op(a[a_offset + i], src[src_offset + i]) on this device
     kZero,     // dst[dst_offset..] = 0
+    // dst[dst_offset + i] = op(src of position 0 [src_offset + i], ..., src
+    // of position n-1 [...]) for i < elements: every position of the group,
+    // reduced in position order, each read in place from its own memory.
+    kReduce,
   };
   Kind kind = kCopy;
   Buffer src = kIn;
@@ -116,17 +132,21 @@ struct CollectivePlan {
   int devices = 1;
   uint64_t in_elements = 0, out_elements = 0;  // per shard
   uint64_t work_elements = 0, recv_elements = 0;  // scratch per device (0: none)
-  bool ring = false;  // which algorithm was chosen
+  // The algorithm chosen (never kAuto); one device or a permute: kDirect.
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kDirect;
   std::vector<CollectivePhase> phases;
   std::string ToString() const;  // "all-reduce sum ring over 4 devices, 6 phases"
 };
 
 // Plans `kind` over `devices` positions for input shards of `shard` shape and
-// `dtype`. Errors say what is wrong (dtype not reducible, shape not divisible,
-// root or pairs out of range, a target named twice).
+// `dtype`; `shared_memory` says whether the devices read each other's memory
+// directly (kAuto's choice, and what direct-read needs). Errors say what is
+// wrong (dtype not reducible, shape not divisible, root or pairs out of
+// range, a target named twice, direct-read without shared memory).
 absl::StatusOr<std::shared_ptr<const CollectivePlan>> PlanCollective(CollectiveKind kind,
                                                                      const CollectiveOptions& options,
-                                                                     int devices, const Shape& shard, DType dtype);
+                                                                     int devices, const Shape& shard, DType dtype,
+                                                                     bool shared_memory);
 
 // The output shard shape of `kind` for input shards of `shard` over `devices`.
 absl::StatusOr<Shape> CollectiveOutputShard(CollectiveKind kind, int devices, const Shape& shard);

@@ -195,6 +195,18 @@ absl::Status Executable::RecordCollective(CommandList& list, const std::vector<A
                                      {a, op.a_offset}, {b, op.src_offset}, {dst, op.dst_offset}, op.elements));
         break;
       }
+      case CollectiveOp::kReduce: {
+        // Every position's buffer, read where it lives (the list binds a
+        // peer's through this device's import of its memory).
+        std::vector<ops::ElementRef> operands;
+        for (int pos = 0; pos < groups.size(); ++pos) {
+          ASSIGN_OR_RETURN(auto src, buffer(op.src, groups.Peer(d, pos)));
+          operands.push_back({std::move(src), op.src_offset});
+        }
+        RETURN_IF_ERROR(ops::CombineN(list, plan.options.op == ReduceOp::kMax, plan.dtype == DType::kI32, operands,
+                                      {dst, op.dst_offset}, op.elements));
+        break;
+      }
     }
   }
   return absl::OkStatus();
@@ -520,8 +532,13 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
       if (steps[s].kind == ProgramStep::kCollective) {
         const CollectiveGroups& groups = *steps[s].groups;
         for (const CollectiveOp& op : steps[s].collective->phases[steps[s].phase].ops[groups.position[d]]) {
-          if (op.kind == CollectiveOp::kCopy && op.src == CollectiveOp::kIn) {
+          if (op.src != CollectiveOp::kIn) continue;
+          if (op.kind == CollectiveOp::kCopy) {
             run.values_[steps[s].inputs[0]]->AddReader(groups.Peer(d, op.src_device), f);
+          } else if (op.kind == CollectiveOp::kReduce) {
+            for (int pos = 0; pos < groups.size(); ++pos) {
+              run.values_[steps[s].inputs[0]]->AddReader(groups.Peer(d, pos), f);
+            }
           }
         }
       }

@@ -13,6 +13,15 @@ int Mesh::Coordinate(int i, int axis) const {
   return axis == 0 ? i / dims_[1] : i % dims_[1];
 }
 
+bool Mesh::DevicesShareMemory() const {
+  for (const Accelerator* reader : devices_) {
+    for (const Accelerator* owner : devices_) {
+      if (reader->PathFrom(*owner) == CopyPath::kHostStaged) return false;
+    }
+  }
+  return true;
+}
+
 std::string Mesh::DebugString() const {
   const std::string head = absl::StrCat("mesh ", id_, " [", absl::StrJoin(dims_, "x"), "]");
   std::vector<int> ids;

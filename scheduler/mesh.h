@@ -35,6 +35,10 @@ class Mesh {
   Accelerator* device(int i) const { return devices_[i]; }
   // The position of flat index `i` along mesh axis `axis`.
   int Coordinate(int i, int axis) const;
+  // Whether every device reads every other's memory in place (one VkDevice,
+  // or imported memory; no pair staged through the host): what direct-read
+  // collectives need.
+  bool DevicesShareMemory() const;
   ClientId owner() const { return owner_; }
   bool released() const { return released_.load(std::memory_order_acquire); }
   std::string DebugString() const;  // "mesh 3 [2x2] on accelerators 0,1,2,3"

@@ -376,7 +376,8 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
       ASSIGN_OR_RETURN(CollectiveGroups groups,
                        GroupsForAxis(node.mesh->dims(), node.collective_options.mesh_axis));
       const int size = groups.size();
-      auto plan = PlanCollective(node.collective_kind, node.collective_options, size, *shard, in.dtype);
+      auto plan = PlanCollective(node.collective_kind, node.collective_options, size, *shard, in.dtype,
+                                 node.mesh->DevicesShareMemory());
       if (!plan.ok()) {
         return absl::Status(plan.status().code(), absl::StrCat(what, ": ", plan.status().message()));
       }

@@ -291,9 +291,12 @@ absl::StatusOr<CollectiveOptions> OptionsFromDef(absl::string_view what, const C
     case CollectiveDef::RING:
       options.algorithm = CollectiveAlgorithm::kRing;
       break;
+    case CollectiveDef::DIRECT_READ:
+      options.algorithm = CollectiveAlgorithm::kDirectRead;
+      break;
     default:
       return Invalid(what, ": algorithm ", static_cast<int>(def.algorithm()),
-                     " (expected AUTO, DIRECT or RING)");
+                     " (expected AUTO, DIRECT, RING or DIRECT_READ)");
   }
   options.root = def.root();
   RETURN_IF_ERROR(CheckCount(what, "pairs", def.pairs().size(), kMaxDefNodes));

@@ -34,7 +34,8 @@ struct BuiltinShader {
 };
 
 // All built-in kernels, sorted by name: the basic ones ("add", "combine",
-// "combine4", "copy", "fill", "matmul", "mul", "reduce_sum", "scale") and the
+// "combine4", "combine_n", "copy", "fill", "matmul", "mul", "reduce_sum",
+// "scale") and the
 // model kernels ("adam", "adam_update", "attention", "attention_backward",
 // "attention_backward_dot", "bias_gelu", "bias_gelu_backward",
 // "cross_entropy", "cross_entropy_backward", "embedding",

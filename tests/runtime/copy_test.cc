@@ -90,7 +90,12 @@ const std::vector<CopyCase>& CopyCases() {
   return *cases;
 }
 
-enum class Method { kAcceleratorCopy, kCommandListCopy, kCopyEngine };
+enum class Method {
+  kAcceleratorCopy,
+  kCommandListCopy,
+  kKernelRead,  // a kernel on the destination's accelerator reads the source in place
+  kCopyEngine,
+};
 
 // Copies `src` into `dst` by `method` after `waits`; the copy's future.
 Future<> CopyBy(Method method, Accelerator* to, const BufferArg& src, const BufferArg& dst,
@@ -98,10 +103,21 @@ Future<> CopyBy(Method method, Accelerator* to, const BufferArg& src, const Buff
   switch (method) {
     case Method::kAcceleratorCopy:
       return to->Copy(src, dst, waits);
-    case Method::kCommandListCopy: {
+    case Method::kCommandListCopy:
+    case Method::kKernelRead: {
       auto list = to->CreateCommandList("copy-test");
       if (!list.ok()) return Future<>::Ready(list.status());
-      absl::Status s = (*list)->Copy(src, dst);
+      absl::Status s;
+      if (method == Method::kKernelRead) {
+        // A one-operand fold: the operand's words, as they are (whole words only).
+        if (src.offset % 4 != 0 || dst.offset % 4 != 0 || src.resolved_size() % 4 != 0) {
+          return Future<>::Ready(absl::InvalidArgumentError("a kernel read moves whole words"));
+        }
+        s = ops::CombineN(**list, /*max=*/false, /*i32=*/true, {{src.buffer, src.offset / 4}},
+                          {dst.buffer, dst.offset / 4}, src.resolved_size() / 4);
+      } else {
+        s = (*list)->Copy(src, dst);
+      }
       if (!s.ok()) return Future<>::Ready(s);
       return to->Submit(*list, waits);
     }
@@ -283,9 +299,90 @@ TEST(CopyTest, ExternalMemoryCopyWaitsForProducerOnOtherDevice) {
     CheckCopyAfterProducer(b, a, 4u << 20, 0xB0000000u + round, Method::kAcceleratorCopy);
     CheckCopyAfterProducer(a, b, 4u << 20, 0xC0000000u + round, Method::kCommandListCopy);
     CheckCopyAfterProducer(b, a, 4u << 20, 0xD0000000u + round, Method::kCommandListCopy);
-    CheckCopyAfterProducer(a, b, 4u << 20, 0xE0000000u + round, Method::kCopyEngine);
-    CheckCopyAfterProducer(b, a, 4u << 20, 0xF0000000u + round, Method::kCopyEngine);
+    CheckCopyAfterProducer(a, b, 4u << 20, 0xE0000000u + round, Method::kKernelRead);
+    CheckCopyAfterProducer(b, a, 4u << 20, 0xF0000000u + round, Method::kKernelRead);
+    CheckCopyAfterProducer(a, b, 4u << 20, 0x30000000u + round, Method::kCopyEngine);
+    CheckCopyAfterProducer(b, a, 4u << 20, 0x40000000u + round, Method::kCopyEngine);
   }
+}
+
+// Tests that a kernel reads buffers of other accelerators in place: combine_n
+// on each accelerator in turn sums operands held by accelerators 0, 1 and 2
+// (buffers placed after others in their memory blocks, at element offsets
+// that are multiples of 4 and that are not) exactly as the CPU does, and the
+// list counts the bytes it reads from peers.
+TEST(CopyTest, KernelReadsPeerMemoryInPlace) {
+  auto rt = MakeRuntimeWith(3, /*external_memory=*/true);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_EQ(rt->accelerator(1)->PathFrom(*rt->accelerator(0)), CopyPath::kExternalMemory);
+  constexpr uint32_t kWords = 5000;
+  std::vector<std::vector<int32_t>> values;
+  std::vector<std::shared_ptr<Buffer>> spacers, operands;
+  for (int d = 0; d < 3; ++d) {
+    Accelerator* acc = rt->accelerator(d);
+    ASSERT_OK_AND_ASSIGN(auto spacer, acc->CreateBuffer(4096 + 64 * d));
+    spacers.push_back(std::move(spacer));
+    std::mt19937 gen(70 + d);
+    std::uniform_int_distribution<int32_t> dist(-1000000, 1000000);
+    values.emplace_back(kWords);
+    for (int32_t& v : values.back()) v = dist(gen);
+    ASSERT_OK_AND_ASSIGN(auto buffer, acc->CreateBuffer(kWords * 4));
+    ASSERT_OK(acc->UploadSync(buffer, values.back().data(), kWords * 4));
+    operands.push_back(std::move(buffer));
+  }
+  EXPECT_GT(operands[0]->block_offset(), 0u) << "a buffer at the start of its block tests no shift";
+  for (uint64_t offset : {8, 13}) {
+    for (int reader = 0; reader < 3; ++reader) {
+      SCOPED_TRACE(absl::StrCat("accelerator ", reader, " reads at element ", offset));
+      Accelerator* acc = rt->accelerator(reader);
+      const uint64_t count = kWords - 16;
+      ASSERT_OK_AND_ASSIGN(auto out, acc->CreateBuffer(count * 4));
+      ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList("read-peers"));
+      ASSERT_OK(ops::CombineN(*list, /*max=*/false, /*i32=*/true,
+                              {{operands[0], offset}, {operands[1], offset}, {operands[2], offset}}, {out, 0},
+                              count));
+      // The two peers' ranges, each bound from an aligned offset at most
+      // 256 bytes before it.
+      EXPECT_GE(list->peer_read_bytes(), 2 * count * 4);
+      EXPECT_LE(list->peer_read_bytes(), 2 * (count * 4 + 256));
+      ASSERT_OK(acc->Submit(list).Await());
+      std::vector<int32_t> got(count);
+      ASSERT_OK(acc->DownloadSync(out, got.data(), count * 4));
+      for (uint64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(got[i], values[0][offset + i] + values[1][offset + i] + values[2][offset + i]) << "element " << i;
+      }
+    }
+  }
+}
+
+// Tests that a kernel never writes another accelerator's memory, and reads
+// none it has no device path to (host-staged), with errors that name the
+// binding, the accelerators and the path; nothing is appended.
+TEST(CopyTest, KernelPeerBindingsRefused) {
+  {
+    auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+    ASSERT_NE(rt, nullptr);
+    ASSERT_OK_AND_ASSIGN(auto mine, rt->accelerator(1)->CreateBuffer(256));
+    ASSERT_OK_AND_ASSIGN(auto theirs, rt->accelerator(0)->CreateBuffer(256));
+    ASSERT_OK_AND_ASSIGN(auto list, rt->accelerator(1)->CreateCommandList("write-peer"));
+    absl::Status s = ops::CombineN(*list, false, false, {{mine, 0}}, {theirs, 0}, 64);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(Msg(s), HasSubstr("binding 8 is written"));
+    EXPECT_THAT(Msg(s), HasSubstr("accelerator 0"));
+    EXPECT_EQ(list->size(), 0u);
+  }
+  auto rt = MakeRuntimeWith(2, /*external_memory=*/false);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto mine, rt->accelerator(1)->CreateBuffer(256));
+  ASSERT_OK_AND_ASSIGN(auto theirs, rt->accelerator(0)->CreateBuffer(256));
+  ASSERT_OK_AND_ASSIGN(auto list, rt->accelerator(1)->CreateCommandList("read-staged"));
+  ASSERT_OK_AND_ASSIGN(auto out, rt->accelerator(1)->CreateBuffer(256));
+  absl::Status s = ops::CombineN(*list, false, false, {{mine, 0}, {theirs, 0}}, {out, 0}, 64);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(Msg(s), HasSubstr("binding 1"));
+  EXPECT_THAT(Msg(s), HasSubstr("256 bytes on accelerator 0"));
+  EXPECT_THAT(Msg(s), HasSubstr("host-staged"));
+  EXPECT_EQ(list->size(), 0u);
 }
 
 // Tests that a host-staged copy waiting on an unawaited fill on the other

@@ -55,6 +55,7 @@ constexpr CollectiveKind kBroadcast = CollectiveKind::kBroadcast;
 constexpr CollectiveKind kPermute = CollectiveKind::kPermute;
 constexpr CollectiveAlgorithm kDirect = CollectiveAlgorithm::kDirect;
 constexpr CollectiveAlgorithm kRing = CollectiveAlgorithm::kRing;
+constexpr CollectiveAlgorithm kDirectRead = CollectiveAlgorithm::kDirectRead;
 constexpr ReduceOp kSum = ReduceOp::kSum;
 constexpr ReduceOp kMax = ReduceOp::kMax;
 
@@ -144,7 +145,7 @@ struct Case {
     if (kind == kBroadcast) absl::StrAppend(&s, "root ", options.root, " ");
     if (kind == kPermute)
       absl::StrAppend(&s, options.pairs.size(), " pairs, 0->", options.pairs[0].second, " ");
-    if (kind != kPermute) absl::StrAppend(&s, options.algorithm == kRing ? "ring " : "direct ");
+    if (kind != kPermute) absl::StrAppend(&s, CollectiveAlgorithmName(options.algorithm), " ");
     absl::StrAppend(&s, DTypeName(dtype), "[", elements, "] per device over mesh axis ", options.mesh_axis,
                     " of ", rows, "x", cols, ", input split over mesh axis ", split_axis,
                     distinct ? ", distinct per device" : ", uploaded whole");
@@ -308,14 +309,15 @@ class CollectiveMesh2DTest : public ::testing::Test {
 
 // --- every kind over one axis, input split over that axis ------------------------------
 
-// Tests that all-reduce (sum and max, f32 and i32, direct and ring, 13 and
-// 1031 elements a shard) over axis 0 and over axis 1 of every mesh gives each
-// device the reduction of its own group's shards, replicated.
+// Tests that all-reduce (sum and max, f32 and i32, direct, ring and
+// direct-read, 13 and 1031 elements a shard) over axis 0 and over axis 1 of
+// every mesh gives each device the reduction of its own group's shards,
+// replicated.
 TEST_F(CollectiveMesh2DTest, AllReduceOverEachAxis) {
   uint32_t seed = 1;
   for (auto [rows, cols] : Shapes()) {
     for (int axis : {0, 1}) {
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
         for (int64_t e : {13, 1031}) {
           for (auto [op, dtype] : {std::pair{kSum, DType::kF32},
                                    {kMax, DType::kF32},
@@ -361,13 +363,14 @@ TEST_F(CollectiveMesh2DTest, AllGatherOverEachAxis) {
 
 // Tests that reduce-scatter over each axis of every mesh gives the device at
 // position p of a group block p of its group's reduction (sum f32, max i32,
-// n*13 and n*1031 elements a shard, direct and ring), split(0) over that axis.
+// n*13 and n*1031 elements a shard, direct, ring and direct-read), split(0)
+// over that axis.
 TEST_F(CollectiveMesh2DTest, ReduceScatterOverEachAxis) {
   uint32_t seed = 2000;
   for (auto [rows, cols] : Shapes()) {
     for (int axis : {0, 1}) {
       const int n = axis == 0 ? rows : cols;
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
         for (int64_t e : {n * 13, n * 1031}) {
           for (auto [op, dtype] : {std::pair{kSum, DType::kF32}, {kMax, DType::kI32}}) {
             Check(rows, cols,
@@ -473,12 +476,13 @@ TEST_F(CollectiveMesh2DTest, InputSplitOverTheOtherAxisKeepsItsSharding) {
 }
 
 // Tests that over axis a of an input split over the other axis whose devices
-// all hold distinct data, all-reduce still reduces within each line only.
+// all hold distinct data, all-reduce (each algorithm) still reduces within
+// each line only.
 TEST_F(CollectiveMesh2DTest, InputSplitOverTheOtherAxisReducesWithinLines) {
   uint32_t seed = 6000;
   for (auto [rows, cols] : Shapes()) {
     for (int axis : {0, 1}) {
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
         Check(rows, cols,
               {.kind = kAllReduce,
                .elements = 1031,

@@ -65,6 +65,7 @@ constexpr CollectiveKind kPermute = CollectiveKind::kPermute;
 constexpr CollectiveAlgorithm kDirect = CollectiveAlgorithm::kDirect;
 constexpr CollectiveAlgorithm kRing = CollectiveAlgorithm::kRing;
 constexpr CollectiveAlgorithm kAuto = CollectiveAlgorithm::kAuto;
+constexpr CollectiveAlgorithm kDirectRead = CollectiveAlgorithm::kDirectRead;
 constexpr ReduceOp kSum = ReduceOp::kSum;
 constexpr ReduceOp kMax = ReduceOp::kMax;
 
@@ -84,9 +85,6 @@ const char* KindName(CollectiveKind kind) {
       return "permute";
   }
   return "?";
-}
-const char* AlgorithmName(CollectiveAlgorithm a) {
-  return a == kDirect ? "direct" : a == kRing ? "ring" : "auto";
 }
 bool Reduces(CollectiveKind kind) { return kind == kAllReduce || kind == kReduceScatter; }
 bool ReplicatedOutput(CollectiveKind kind) {
@@ -145,7 +143,17 @@ const char* BufferName(CollectiveOp::Buffer b) {
   return "?";
 }
 const char* OpName(CollectiveOp::Kind k) {
-  return k == CollectiveOp::kCopy ? "copy" : k == CollectiveOp::kCombine ? "combine" : "zero";
+  switch (k) {
+    case CollectiveOp::kCopy:
+      return "copy";
+    case CollectiveOp::kCombine:
+      return "combine";
+    case CollectiveOp::kZero:
+      return "zero";
+    case CollectiveOp::kReduce:
+      return "reduce";
+  }
+  return "?";
 }
 
 // Far above the simulated inputs (within +-1000): a plan that sums or takes
@@ -243,6 +251,10 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Simulate(const CollectivePlan&
           case CollectiveOp::kZero:
             RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
             break;
+          case CollectiveOp::kReduce:
+            for (int q = 0; q < n; ++q) RETURN_IF_ERROR(add(q, op.src, op.src_offset, false));
+            RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
+            break;
         }
       }
     }
@@ -292,6 +304,18 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Simulate(const CollectivePlan&
           case CollectiveOp::kZero:
             std::fill(dst.begin() + op.dst_offset, dst.begin() + op.dst_offset + op.elements, 0);
             break;
+          case CollectiveOp::kReduce: {
+            std::vector<int64_t> result(op.elements);
+            for (uint64_t i = 0; i < op.elements; ++i) {
+              result[i] = buf[0][op.src][op.src_offset + i];
+              for (int q = 1; q < n; ++q) {
+                const int64_t x = buf[q][op.src][op.src_offset + i];
+                result[i] = plan.options.op == kSum ? result[i] + x : std::max(result[i], x);
+              }
+            }
+            std::copy(result.begin(), result.end(), dst.begin() + op.dst_offset);
+            break;
+          }
         }
       }
     }
@@ -316,7 +340,7 @@ struct Case {
     if (Reduces(kind)) absl::StrAppend(&s, options.op == kSum ? "sum " : "max ");
     if (kind == kBroadcast) absl::StrAppend(&s, "root ", options.root, " ");
     if (kind == kPermute) absl::StrAppend(&s, PairsString(options.pairs), " ");
-    if (kind != kPermute) absl::StrAppend(&s, AlgorithmName(options.algorithm), " ");
+    if (kind != kPermute) absl::StrAppend(&s, CollectiveAlgorithmName(options.algorithm), " ");
     absl::StrAppend(&s, DTypeName(dtype), ShapeString(shard), " per position over ", n);
     if (generic) absl::StrAppend(&s, " (Collective(), ring from ", options.ring_threshold_bytes, " bytes)");
     return s;
@@ -368,10 +392,21 @@ std::vector<const ProgramStep*> PhasesOf(const Program& program, const std::stri
   return out;
 }
 
+// The algorithm `c` should get over `n` positions (kAuto: from the
+// threshold, direct-read for reductions where devices share memory, else ring).
+CollectiveAlgorithm WantAlgorithm(const Case& c, int n, bool shared_memory) {
+  if (n == 1 || c.kind == kPermute) return kDirect;
+  if (c.options.algorithm != kAuto) return c.options.algorithm;
+  const uint64_t shard_bytes = NumElements(c.shard) * DTypeSize(c.dtype);
+  if (shard_bytes < c.options.ring_threshold_bytes) return kDirect;
+  return Reduces(c.kind) && shared_memory ? kDirectRead : kRing;
+}
+
 // Checks what was planned for `c` over `n` positions: kind, sizes, the
-// algorithm asked for (kAuto: ring from the threshold), one phase for direct
-// and 2(n-1) for a ring all-reduce.
-void CheckPlan(const CollectivePlan& plan, const Case& c, int n) {
+// algorithm asked for, one phase for direct, 2(n-1) for a ring all-reduce,
+// and for direct-read one reduce per position, then (all-reduce) a phase of
+// copies, with no scratch.
+void CheckPlan(const CollectivePlan& plan, const Case& c, int n, bool shared_memory) {
   EXPECT_EQ(plan.kind, c.kind);
   EXPECT_EQ(plan.devices, n);
   EXPECT_EQ(plan.dtype, c.dtype);
@@ -379,15 +414,41 @@ void CheckPlan(const CollectivePlan& plan, const Case& c, int n) {
   auto out_shard = CollectiveOutputShard(c.kind, n, c.shard);
   ASSERT_TRUE(out_shard.ok()) << out_shard.status();
   EXPECT_EQ(plan.out_elements, static_cast<uint64_t>(NumElements(*out_shard)));
+  const CollectiveAlgorithm want = WantAlgorithm(c, n, shared_memory);
+  EXPECT_EQ(plan.algorithm, want) << plan.ToString() << ", want " << CollectiveAlgorithmName(want);
+  EXPECT_THAT(plan.ToString(), HasSubstr(CollectiveAlgorithmName(want)));
   if (n == 1 || c.kind == kPermute) return;
-  const uint64_t shard_bytes = NumElements(c.shard) * DTypeSize(c.dtype);
-  const bool want_ring = c.options.algorithm == kRing ||
-                         (c.options.algorithm == kAuto && shard_bytes >= c.options.ring_threshold_bytes);
-  EXPECT_EQ(plan.ring, want_ring) << plan.ToString();
-  if (!want_ring) {
+  if (want == kDirect) {
     EXPECT_EQ(plan.phases.size(), 1u) << "direct is one phase: " << plan.ToString();
-  } else if (c.kind == kAllReduce) {
+  } else if (want == kRing && c.kind == kAllReduce) {
     EXPECT_EQ(plan.phases.size(), 2u * (n - 1)) << "a ring all-reduce is 2(n-1) phases: " << plan.ToString();
+  } else if (want == kDirectRead) {
+    ASSERT_EQ(plan.phases.size(), c.kind == kAllReduce ? 2u : 1u) << plan.ToString();
+    EXPECT_EQ(plan.work_elements, 0u) << "direct-read needs no scratch";
+    EXPECT_EQ(plan.recv_elements, 0u) << "direct-read needs no scratch";
+    // Every element is reduced once, by one kernel reading all n inputs;
+    // an all-reduce then copies each device the n-1 slices it lacks.
+    uint64_t reduced = 0, copied = 0;
+    for (int p = 0; p < n; ++p) {
+      for (const CollectiveOp& op : plan.phases[0].ops[p]) {
+        EXPECT_EQ(op.kind, CollectiveOp::kReduce) << "position " << p;
+        reduced += op.elements;
+      }
+      EXPECT_LE(plan.phases[0].ops[p].size(), 1u) << "position " << p << " reduces its slice in one kernel";
+      if (plan.phases.size() < 2) continue;
+      uint64_t mine = 0;
+      for (const CollectiveOp& op : plan.phases[0].ops[p]) mine += op.elements;
+      uint64_t in = 0;
+      for (const CollectiveOp& op : plan.phases[1].ops[p]) {
+        EXPECT_EQ(op.kind, CollectiveOp::kCopy) << "position " << p;
+        EXPECT_NE(op.src_device, p) << "position " << p << " copies its own slice";
+        in += op.elements;
+      }
+      EXPECT_EQ(mine + in, plan.in_elements) << "position " << p << " ends with every slice once";
+      copied += in;
+    }
+    EXPECT_EQ(reduced, plan.in_elements) << plan.ToString();
+    if (c.kind == kAllReduce) EXPECT_EQ(copied, (n - 1) * plan.in_elements) << plan.ToString();
   }
 }
 
@@ -467,7 +528,7 @@ class CollectiveTest : public ::testing::Test {
       EXPECT_EQ(phases[i]->phase, static_cast<int>(i)) << phases[i]->node;
       EXPECT_EQ(phases[i]->mesh, mesh) << phases[i]->node;
     }
-    CheckPlan(plan, c, n);
+    CheckPlan(plan, c, n, mesh->DevicesShareMemory());
 
     ASSERT_OK_AND_ASSIGN(std::shared_ptr<Executable> exe, client_->Load(program));
     const size_t elements = static_cast<size_t>(NumElements(c.shard));
@@ -507,17 +568,18 @@ class CollectiveTest : public ::testing::Test {
 // --- results against the reference -----------------------------------------------------
 
 // Tests that all-reduce equals the CPU reference on meshes of 1 to 8, for
-// uneven shard sizes, 2-D shards, direct, ring and auto, sum and max, f32 and i32.
+// uneven shard sizes (below 4 elements, and no multiple of 4), 2-D shards,
+// direct, ring, direct-read and auto, sum and max, f32 and i32.
 TEST_F(CollectiveTest, AllReduceMatchesCpu) {
   uint32_t seed = 1;
   for (int n : kMeshSizes) {
-    for (CollectiveAlgorithm algorithm : {kDirect, kRing, kAuto}) {
+    for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead, kAuto}) {
       for (int64_t e : {1, 7, 1000, 4099}) {
         Check(n, {.kind = kAllReduce, .shard = {e}, .options = {.op = kSum, .algorithm = algorithm}}, seed++);
       }
     }
     for (auto [op, dtype] : {std::pair{kMax, DType::kF32}, {kSum, DType::kI32}, {kMax, DType::kI32}}) {
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
         for (int64_t e : {7, 4099}) {
           Check(n,
                 {.kind = kAllReduce,
@@ -528,7 +590,9 @@ TEST_F(CollectiveTest, AllReduceMatchesCpu) {
         }
       }
     }
-    Check(n, {.kind = kAllReduce, .shard = {3, 5}, .options = {.op = kSum, .algorithm = kRing}}, seed++);
+    for (CollectiveAlgorithm algorithm : {kRing, kDirectRead}) {
+      Check(n, {.kind = kAllReduce, .shard = {3, 5}, .options = {.op = kSum, .algorithm = algorithm}}, seed++);
+    }
   }
 }
 
@@ -555,20 +619,20 @@ TEST_F(CollectiveTest, AllGatherMatchesCpu) {
 }
 
 // Tests that reduce-scatter gives device p block p of the reduction, for
-// shards of n*13 and n*1031 elements and 2-D shards, each algorithm, sum and
-// max, f32 and i32.
+// shards of n*3, n*13 and n*1031 elements (blocks below 4 elements, and no
+// multiple of 4) and 2-D shards, each algorithm, sum and max, f32 and i32.
 TEST_F(CollectiveTest, ReduceScatterMatchesCpu) {
   uint32_t seed = 200;
   for (int n : kMeshSizes) {
-    for (CollectiveAlgorithm algorithm : {kDirect, kRing, kAuto}) {
-      for (int64_t e : {n * 13, n * 1031}) {
+    for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead, kAuto}) {
+      for (int64_t e : {n * 3, n * 13, n * 1031}) {
         Check(n, {.kind = kReduceScatter, .shard = {e}, .options = {.op = kSum, .algorithm = algorithm}},
               seed++);
       }
     }
     for (auto [op, dtype] : {std::pair{kMax, DType::kF32}, {kSum, DType::kI32}, {kMax, DType::kI32}}) {
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing}) {
-        for (int64_t e : {n * 13, n * 1031}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
+        for (int64_t e : {n * 3, n * 13, n * 1031}) {
           Check(n,
                 {.kind = kReduceScatter,
                  .shard = {e},
@@ -578,8 +642,10 @@ TEST_F(CollectiveTest, ReduceScatterMatchesCpu) {
         }
       }
     }
-    Check(n, {.kind = kReduceScatter, .shard = {n * 2, 3}, .options = {.op = kSum, .algorithm = kRing}},
-          seed++);
+    for (CollectiveAlgorithm algorithm : {kRing, kDirectRead}) {
+      Check(n, {.kind = kReduceScatter, .shard = {n * 2, 3}, .options = {.op = kSum, .algorithm = algorithm}},
+            seed++);
+    }
   }
 }
 
@@ -647,14 +713,16 @@ TEST_F(CollectiveTest, PermuteMatchesCpu) {
   }
 }
 
-// Tests that kAuto picks the ring exactly from ring_threshold_bytes (the
-// default 256 KiB, and a small one through ProgramBuilder::Collective), with
-// correct results either side.
-TEST_F(CollectiveTest, AutoPicksRingFromTheThreshold) {
+// Tests that kAuto switches exactly at ring_threshold_bytes (the default 256
+// KiB, and a small one through ProgramBuilder::Collective) from direct to
+// direct-read (the reductions; these accelerators share memory) or ring
+// (the others), with correct results either side.
+TEST_F(CollectiveTest, AutoSwitchesAtTheThreshold) {
+  ASSERT_TRUE(MeshOf(4)->DevicesShareMemory()) << "lavapipe's VkDevices import each other's memory";
   Check(4, {.kind = kAllReduce, .shard = {65535}, .options = {.op = kSum, .algorithm = kAuto}}, 1);  // direct
-  Check(4, {.kind = kAllReduce, .shard = {65536}, .options = {.op = kSum, .algorithm = kAuto}}, 2);  // ring
+  Check(4, {.kind = kAllReduce, .shard = {65536}, .options = {.op = kSum, .algorithm = kAuto}}, 2);  // direct-read
   for (CollectiveKind kind : {kAllReduce, kAllGather, kReduceScatter, kBroadcast}) {
-    for (int64_t e : {12, 1000}) {  // 48 bytes: direct; 4000 bytes: ring
+    for (int64_t e : {12, 1000}) {  // 48 bytes: direct; 4000 bytes: direct-read or ring
       Check(4,
             {.kind = kind,
              .shard = {e},
@@ -792,10 +860,11 @@ TEST_F(CollectiveTest, ReleasedInputIsRefused) {
 
 // Tests that collectives chain with calls on the same mesh (a call's output
 // in, a call on the output) and repeat: 20 runs with new inputs, all in
-// flight together, each checked; every collective kind once per run.
+// flight together, each checked; every collective kind once per run, the
+// reductions by ring and by direct-read.
 TEST_F(CollectiveTest, CollectivesChainWithCallsAndRepeat) {
-  for (int n : {3, 4}) {
-    SCOPED_TRACE(absl::StrCat("mesh of ", n));
+  for (auto [n, reduction] : {std::pair{3, kRing}, {4, kRing}, {3, kDirectRead}, {4, kDirectRead}}) {
+    SCOPED_TRACE(absl::StrCat("mesh of ", n, ", reductions by ", CollectiveAlgorithmName(reduction)));
     auto mesh = MeshOf(n);
     ASSERT_NE(mesh, nullptr);
     const int64_t e = n * 1031;
@@ -806,9 +875,9 @@ TEST_F(CollectiveTest, CollectivesChainWithCallsAndRepeat) {
     ProgramBuilder b("chain");
     b.Parameter("x", mesh, {n * e}, DType::kF32, Sharding::Split(0));
     b.Call("triple", triple, mesh, {"x"}, {"a"});                // a_p = 3 x_p
-    b.AllReduce("sum", mesh, "a", "s", kSum, kRing);             // s = sum a_p
+    b.AllReduce("sum", mesh, "a", "s", kSum, reduction);         // s = sum a_p
     b.Call("halve", halve, mesh, {"s"}, {"t"});                  // t = s / 2
-    b.ReduceScatter("scatter", mesh, "a", "r", kMax, kRing);     // r_p = block p of max a
+    b.ReduceScatter("scatter", mesh, "a", "r", kMax, reduction);  // r_p = block p of max a
     b.Call("negate", negate, mesh, {"r"}, {"q"});                // q_p = -r_p
     b.AllGather("gather", mesh, "q", "g", kDirect);              // g = -max a
     b.Broadcast("bcast", mesh, "a", "c", n - 1, kRing);          // c = a_{n-1}
@@ -913,7 +982,7 @@ struct AllReduceJob {
   std::shared_ptr<Mesh> mesh;
   int64_t elements = 0;
   std::shared_ptr<Executable> exe;
-  bool ring = false;  // what was planned
+  CollectiveAlgorithm algorithm = kAuto;  // what was planned
 };
 
 absl::StatusOr<AllReduceJob> MakeAllReduceJob(Client& client, std::shared_ptr<Mesh> mesh, int64_t elements,
@@ -928,15 +997,15 @@ absl::StatusOr<AllReduceJob> MakeAllReduceJob(Client& client, std::shared_ptr<Me
   auto phases = PhasesOf(*program, "sum");
   if (phases.empty())
     return absl::InternalError(absl::StrCat("no collective steps: ", program->DebugString()));
-  job.ring = phases[0]->collective->ring;
+  job.algorithm = phases[0]->collective->algorithm;
   ASSIGN_OR_RETURN(job.exe, client.Load(program));
   return job;
 }
 
-// Tests that two clients, each on a thread of its own, running ring (300000
-// floats a shard) and direct all-reduces on overlapping meshes of a
-// 4-accelerator island (accelerators 0,1,2 and 1,2,3), 20 runs each at once,
-// all finish (no deadlock) and are correct on every device.
+// Tests that two clients, each on a thread of its own, running ring and
+// direct-read (300000 floats a shard) and direct all-reduces on overlapping
+// meshes of a 4-accelerator island (accelerators 0,1,2 and 1,2,3), 20 runs
+// each at once, all finish (no deadlock) and are correct on every device.
 TEST(CollectiveConcurrencyTest, OverlappingMeshesNeverDeadlock) {
   auto rt = MakeRuntime(4);
   ASSERT_NE(rt, nullptr);
@@ -959,10 +1028,14 @@ TEST(CollectiveConcurrencyTest, OverlappingMeshesNeverDeadlock) {
                          MakeAllReduceJob(*client, mesh, kLarge, kRing, client->name() + "-ring"));
     ASSERT_OK_AND_ASSIGN(AllReduceJob direct,
                          MakeAllReduceJob(*client, mesh, kSmall, kDirect, client->name() + "-direct"));
-    EXPECT_TRUE(ring.ring);
-    EXPECT_FALSE(direct.ring);
+    ASSERT_OK_AND_ASSIGN(AllReduceJob direct_read,
+                         MakeAllReduceJob(*client, mesh, kLarge, kDirectRead, client->name() + "-direct-read"));
+    EXPECT_EQ(ring.algorithm, kRing);
+    EXPECT_EQ(direct.algorithm, kDirect);
+    EXPECT_EQ(direct_read.algorithm, kDirectRead);
     jobs->push_back(std::move(ring));
     jobs->push_back(std::move(direct));
+    jobs->push_back(std::move(direct_read));
   }
 
   constexpr int kRuns = 20;
@@ -1008,6 +1081,86 @@ TEST(CollectiveConcurrencyTest, OverlappingMeshesNeverDeadlock) {
   for (Accelerator* acc : rt->accelerators()) EXPECT_OK(acc->Flush(absl::Now() + kRunTimeout));
 }
 
+// Tests that re-uploading a parameter while a direct-read reduce-scatter
+// still has to read it in place from a peer waits for that read: accelerator
+// 0 is kept busy by a long call on a mesh of its own, so its reduction (which
+// reads every peer's input) runs well after the peers' own, after which
+// those peers' shards are uploaded anew. Each run must see its own upload.
+TEST(CollectiveConcurrencyTest, ReuploadWaitsForPendingDirectReads) {
+  auto rt = MakeRuntime(4);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
+  ASSERT_OK_AND_ASSIGN(auto client, island->Connect("reupload"));
+  ASSERT_OK_AND_ASSIGN(auto mesh, client->AllocateMesh({4}));
+  ASSERT_OK_AND_ASSIGN(auto solo, client->AllocateMesh({1}));  // the least loaded: accelerator 0
+  ASSERT_EQ(AcceleratorIds(*rt, *mesh), (std::vector<int>{0, 1, 2, 3})) << mesh->DebugString();
+  ASSERT_EQ(AcceleratorIds(*rt, *solo), (std::vector<int>{0})) << solo->DebugString();
+  const int n = 4;
+  const int64_t e = n * 1031;
+
+  const Shape busy_shape = {512, 512};
+  ASSERT_OK_AND_ASSIGN(auto repeated_add, Function::RepeatedAdd(busy_shape, 64));
+  ProgramBuilder busy_builder("busy");
+  busy_builder.Parameter("a", solo, busy_shape, DType::kF32);
+  busy_builder.Parameter("b", solo, busy_shape, DType::kF32);
+  busy_builder.Call("busy", repeated_add, solo, {"a", "b"}, {"s"});
+  busy_builder.Output("s");
+  ASSERT_OK_AND_ASSIGN(auto busy_program, busy_builder.Build());
+  ASSERT_OK_AND_ASSIGN(auto busy, client->Load(busy_program));
+  const std::vector<float> ones(NumElements(busy_shape), 1.0f);
+  std::vector<ArrayRef> busy_inputs;
+  for (const char* name : {"a", "b"}) {
+    ASSERT_OK_AND_ASSIGN(ArrayRef in, client->CreateArray(solo, busy_shape, DType::kF32, Sharding::Replicated(), name));
+    ASSERT_OK(in->Upload(ones.data(), ones.size() * sizeof(float)));
+    busy_inputs.push_back(in);
+  }
+
+  ProgramBuilder b("scatter");
+  b.Parameter("x", mesh, {n * e}, DType::kF32, Sharding::Split(0));
+  b.ReduceScatter("scatter", mesh, "x", "y", kSum, kDirectRead);
+  b.Output("y");
+  ASSERT_OK_AND_ASSIGN(auto program, b.Build());
+  ASSERT_EQ(PhasesOf(*program, "scatter").size(), 1u) << program->DebugString();
+  ASSERT_EQ(PhasesOf(*program, "scatter")[0]->collective->algorithm, kDirectRead);
+  ASSERT_OK_AND_ASSIGN(auto exe, client->Load(program));
+
+  auto shards_of = [&](uint32_t seed) {
+    std::vector<std::vector<float>> shards;
+    for (int p = 0; p < n; ++p) shards.push_back(reference::RandomFloats(e, seed + p));
+    return shards;
+  };
+  int pending_at_reupload = 0;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::vector<std::vector<float>> first = shards_of(100 * round + 10), second = shards_of(100 * round + 50);
+    ASSERT_OK_AND_ASSIGN(ArrayRef x, client->CreateArray(mesh, {n * e}, DType::kF32, Sharding::Split(0), "x"));
+    ASSERT_OK(x->Upload(Concat(first).data(), n * e * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Execution held, client->Execute(busy, busy_inputs));
+    ASSERT_OK_AND_ASSIGN(Execution run1, client->Execute(exe, {x}));
+    // Dispatched (its reads registered), not yet run on accelerator 0.
+    const absl::Time deadline = absl::Now() + kRunTimeout;
+    while (!run1.state->dispatched() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(run1.state->dispatched());
+    const std::vector<Future<>> held_futures = held.state->futures();
+    pending_at_reupload += !held_futures.empty() && !held_futures.back().IsReady();
+    ASSERT_OK(x->Upload(Concat(second).data(), n * e * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Execution run2, client->Execute(exe, {x}));
+    ASSERT_OK(held.Await(absl::Now() + kRunTimeout));
+    ASSERT_OK(run1.Await(absl::Now() + kRunTimeout));
+    ASSERT_OK(run2.Await(absl::Now() + kRunTimeout));
+    {
+      SCOPED_TRACE("run 1 reads the first upload");
+      CheckOutput<float>(*run1.outputs[0], Reference(kReduceScatter, {}, first), false, true);
+    }
+    {
+      SCOPED_TRACE("run 2 reads the second upload");
+      CheckOutput<float>(*run2.outputs[0], Reference(kReduceScatter, {}, second), false, true);
+    }
+  }
+  // Otherwise accelerator 0 read before the re-upload and nothing was tested.
+  EXPECT_GT(pending_at_reupload, 0) << "accelerator 0 was never still busy when the input was re-uploaded";
+}
+
 // --- plans --------------------------------------------------------------------------------
 
 // Tests that CollectiveOutputShard gives each kind's documented output shard,
@@ -1034,10 +1187,12 @@ TEST(CollectivePlanTest, OutputShards) {
 
 // Tests that PlanCollective refuses what the header lists (a dtype it cannot
 // reduce, an axis that does not divide, a root or pair out of range, a target
-// twice), and describes a plan as documented.
+// twice, direct-read of a copy or without shared memory), and describes a
+// plan as documented.
 TEST(CollectivePlanTest, PlanRefusalsAndDescription) {
-  auto plan = [](CollectiveKind kind, CollectiveOptions o, int n, Shape shard, DType dtype = DType::kF32) {
-    return PlanCollective(kind, o, n, shard, dtype).status();
+  auto plan = [](CollectiveKind kind, CollectiveOptions o, int n, Shape shard, DType dtype = DType::kF32,
+                 bool shared_memory = true) {
+    return PlanCollective(kind, o, n, shard, dtype, shared_memory).status();
   };
   constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
   EXPECT_NE(plan(kAllReduce, {}, 4, {8}, DType::kF16).code(), absl::StatusCode::kOk);
@@ -1050,17 +1205,54 @@ TEST(CollectivePlanTest, PlanRefusalsAndDescription) {
   EXPECT_EQ(plan(kPermute, {.pairs = {{0, 4}}}, 4, {7}).code(), kInvalid);
   EXPECT_EQ(plan(kPermute, {.pairs = {{4, 0}}}, 4, {7}).code(), kInvalid);
   EXPECT_EQ(plan(kPermute, {.pairs = {{0, 2}, {1, 2}}}, 4, {7}).code(), kInvalid);
+  EXPECT_EQ(plan(kPermute, {.algorithm = kRing}, 4, {7}).code(), kInvalid);
+  for (CollectiveKind kind : {kAllGather, kBroadcast, kPermute}) {
+    SCOPED_TRACE(KindName(kind));
+    const absl::Status s = plan(kind, {.algorithm = kDirectRead}, 4, {8});
+    EXPECT_EQ(s.code(), kInvalid) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("direct-read"));
+  }
+  for (CollectiveKind kind : {kAllReduce, kReduceScatter}) {
+    SCOPED_TRACE(KindName(kind));
+    const absl::Status s = plan(kind, {.algorithm = kDirectRead}, 4, {8}, DType::kF32, /*shared_memory=*/false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("cannot read each other's memory"));
+    // One device has no peer to read: it copies its input.
+    EXPECT_OK(plan(kind, {.algorithm = kDirectRead}, 1, {8}, DType::kF32, /*shared_memory=*/false));
+  }
 
-  ASSERT_OK_AND_ASSIGN(auto ring, PlanCollective(kAllReduce, {.algorithm = kRing}, 4, {1000}, DType::kF32));
-  EXPECT_TRUE(ring->ring);
+  ASSERT_OK_AND_ASSIGN(auto ring,
+                       PlanCollective(kAllReduce, {.algorithm = kRing}, 4, {1000}, DType::kF32, true));
+  EXPECT_EQ(ring->algorithm, kRing);
   EXPECT_EQ(ring->phases.size(), 6u);
   for (const char* part : {"all-reduce", "sum", "ring", "4 devices", "6 phases"}) {
     EXPECT_THAT(ring->ToString(), HasSubstr(part));
   }
   ASSERT_OK_AND_ASSIGN(auto direct,
-                       PlanCollective(kAllReduce, {.algorithm = kDirect}, 4, {1000}, DType::kF32));
-  EXPECT_FALSE(direct->ring);
+                       PlanCollective(kAllReduce, {.algorithm = kDirect}, 4, {1000}, DType::kF32, true));
+  EXPECT_EQ(direct->algorithm, kDirect);
   EXPECT_EQ(direct->phases.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto read,
+                       PlanCollective(kAllReduce, {.algorithm = kDirectRead}, 4, {1000}, DType::kF32, true));
+  EXPECT_EQ(read->algorithm, kDirectRead);
+  EXPECT_THAT(read->ToString(), HasSubstr("all-reduce sum direct-read over 4 devices, 2 phases"));
+
+  // kAuto from the threshold: direct-read where the devices share memory,
+  // ring where they do not; direct below it.
+  auto chosen = [](CollectiveKind kind, int64_t elements, bool shared_memory) {
+    auto p = PlanCollective(kind, {.algorithm = kAuto, .ring_threshold_bytes = 4000}, 4, {elements}, DType::kF32,
+                            shared_memory);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? (*p)->algorithm : kAuto;
+  };
+  for (CollectiveKind kind : {kAllReduce, kReduceScatter}) {
+    SCOPED_TRACE(KindName(kind));
+    EXPECT_EQ(chosen(kind, 996, true), kDirect);
+    EXPECT_EQ(chosen(kind, 1000, true), kDirectRead);
+    EXPECT_EQ(chosen(kind, 1000, false), kRing);
+  }
+  EXPECT_EQ(chosen(kAllGather, 1000, true), kRing);
+  EXPECT_EQ(chosen(kBroadcast, 1000, true), kRing);
 }
 
 // Tests, on the host and for every mesh size from 1 to 8, that every plan
@@ -1074,13 +1266,14 @@ TEST(CollectivePlanTest, PlansComputeTheReferenceWithoutRaces) {
       std::vector<int64_t> sizes = kind == kReduceScatter ? std::vector<int64_t>{n, n * 13, n * 1031}
                                                           : std::vector<int64_t>{1, 7, 1000, 4099};
       std::vector<CollectiveOptions> variants;
-      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kAuto}) {
+      for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead, kAuto}) {
         if (kind == kPermute) break;
+        if (algorithm == kDirectRead && !Reduces(kind)) continue;
         for (ReduceOp op : {kSum, kMax}) {
           if (!Reduces(kind) && op == kMax) continue;
           for (int root : {0, n - 1, n / 2}) {
             if (kind != kBroadcast && root != 0) continue;
-            // kAuto with a small threshold: ring from 1000 elements.
+            // kAuto with a small threshold: ring or direct-read from 1000 elements.
             variants.push_back({.op = op,
                                 .root = root,
                                 .algorithm = algorithm,
@@ -1100,10 +1293,10 @@ TEST(CollectivePlanTest, PlansComputeTheReferenceWithoutRaces) {
         for (int64_t e : sizes) {
           Case c{.kind = kind, .shard = {e}, .dtype = DType::kI32, .options = o};
           SCOPED_TRACE(c.ToString(n));
-          auto planned = PlanCollective(kind, o, n, c.shard, DType::kI32);
+          auto planned = PlanCollective(kind, o, n, c.shard, DType::kI32, /*shared_memory=*/true);
           ASSERT_TRUE(planned.ok()) << planned.status();
           const CollectivePlan& plan = **planned;
-          CheckPlan(plan, c, n);
+          CheckPlan(plan, c, n, /*shared_memory=*/true);
           std::vector<std::vector<int64_t>> inputs;
           std::mt19937 gen(static_cast<uint32_t>(plans));
           std::uniform_int_distribution<int64_t> values(-1000, 1000);

@@ -181,6 +181,23 @@ TEST(MeshTest, ClientCloseReleasesMeshes) {
 
 // Tests Mesh::Coordinate: row-major positions on 2-D meshes, the index itself
 // on 1-D meshes.
+// Tests that a mesh's devices share memory exactly when every one reads
+// every other's in place: VkDevices importing each other's memory, or a
+// single device; not when their copies stage through the host.
+TEST(MeshTest, DevicesShareMemoryUnlessCopiesStageThroughTheHost) {
+  for (bool external_memory : {true, false}) {
+    SCOPED_TRACE(external_memory ? "external memory" : "host-staged");
+    RuntimeOptions options = ::causeway::testing::TestOptions(3);
+    options.use_external_memory = external_memory;
+    auto rt = MakeRuntime(options);
+    ASSERT_NE(rt, nullptr);
+    std::vector<Accelerator*> acc = rt->accelerators();
+    EXPECT_EQ(Mesh(1, "local", {3}, acc, 1).DevicesShareMemory(), external_memory);
+    EXPECT_EQ(Mesh(2, "local", {1, 2}, {acc[2], acc[0]}, 1).DevicesShareMemory(), external_memory);
+    EXPECT_TRUE(Mesh(3, "local", {1}, {acc[1]}, 1).DevicesShareMemory());
+  }
+}
+
 TEST(MeshTest, Coordinates) {
   auto rt = MakeRuntime(4);
   ASSERT_NE(rt, nullptr);

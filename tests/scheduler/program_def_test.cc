@@ -475,6 +475,40 @@ TEST_F(ProgramDefTest, TextParsesRunsAndRoundTrips) {
   EXPECT_THAT(ProgramDefToText(PipelineDef()), HasSubstr("shape: [8, 16]"));
 }
 
+// Tests that a collective's algorithm is read from the def by name into its
+// plan (AUTO from ring_threshold_bytes: direct-read for an all-reduce on
+// devices that share memory, as these do), and that DIRECT_READ of a
+// collective that only copies is refused naming the node.
+TEST_F(ProgramDefTest, CollectiveAlgorithmsByName) {
+  auto text = [](const char* kind, const char* algorithm) {
+    return absl::StrCat(R"text(
+      name: "algorithms"
+      meshes { name: "a" dims: 2 }
+      parameters { value: "x" mesh: "a" shape: [4096] sharding { split {} } }
+      nodes { name: "c" collective { kind: )text",
+                        kind, " mesh: \"a\" input: \"x\" output: \"y\" algorithm: ", algorithm,
+                        R"text( ring_threshold_bytes: 1024 } }
+      outputs: "y"
+    )text");
+  };
+  const std::pair<const char*, CollectiveAlgorithm> cases[] = {
+      {"DIRECT", CollectiveAlgorithm::kDirect},
+      {"RING", CollectiveAlgorithm::kRing},
+      {"DIRECT_READ", CollectiveAlgorithm::kDirectRead},
+      {"AUTO", CollectiveAlgorithm::kDirectRead},
+  };
+  for (const auto& [name, want] : cases) {
+    SCOPED_TRACE(name);
+    ASSERT_OK_AND_ASSIGN(ProgramDef def, ParseProgramDefText(text("ALL_REDUCE", name), "algorithms.txt"));
+    ASSERT_OK_AND_ASSIGN(auto program, BuildProgram(def, meshes_));
+    ASSERT_FALSE(program->steps().empty());
+    ASSERT_NE(program->steps()[0].collective, nullptr) << program->DebugString();
+    EXPECT_EQ(program->steps()[0].collective->algorithm, want) << program->steps()[0].collective->ToString();
+  }
+  ASSERT_OK_AND_ASSIGN(ProgramDef gather, ParseProgramDefText(text("ALL_GATHER", "DIRECT_READ"), "gather.txt"));
+  EXPECT_ERROR(BuildProgram(gather, meshes_).status(), absl::StatusCode::kInvalidArgument, "'c'", "direct-read");
+}
+
 // One end of each kind: y arrives over channel 9 split by rows, z = 2 y
 // leaves over channel 7 and is the output too.
 constexpr char kEndsText[] = R"text(

@@ -92,7 +92,7 @@ std::vector<std::string> Names(absl::Span<const BuiltinShader> shaders) {
 TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
   EXPECT_THAT(Names(BuiltinShaders()),
               ElementsAre("adam", "adam_update", "add", "attention", "attention_backward", "attention_backward_dot",
-                          "bias_gelu", "bias_gelu_backward", "combine", "combine4", "copy", "cross_entropy",
+                          "bias_gelu", "bias_gelu_backward", "combine", "combine4", "combine_n", "copy", "cross_entropy",
                           "cross_entropy_backward", "embedding", "embedding_backward", "fill", "gemm", "layer_norm",
                           "layer_norm_backward", "matmul", "mul", "permute_0213", "reduce_sum", "scale", "sgd",
                           "softmax_causal", "softmax_causal_backward"));
@@ -137,6 +137,9 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
   const std::map<std::string, Expected> expected = {
       {"add", {3, 2, 1, {0}}},       {"combine", {3, 2, 1, {0, 1, 2}}},
       {"combine4", {3, 2, 1, {0, 1, 2}}},
+      // Operands 0..7 and the result declared twice (as uints and as uvec4s);
+      // the result is read when accumulating.
+      {"combine_n", {9, 16, 0, {0, 1, 2, 3, 4, 5, 6}}},
       {"copy", {2, 1, 1, {0}}},      {"fill", {1, 0, 1, {0}}},
       {"matmul", {3, 2, 1, {0, 1}}}, {"mul", {3, 2, 1, {0}}},  {"reduce_sum", {2, 1, 1, {0}}},
       {"scale", {2, 1, 1, {0}}},
