@@ -4,5 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja "$@" >/dev/null
+# ccache (installed by install-deps.sh) makes a rebuild of an unchanged file a
+# cache hit: across the plain, sanitizer and fuzz builds' repeated runs and
+# across checkouts, since paths are hashed relative to the source tree.
+LAUNCHER=()
+if command -v ccache >/dev/null; then
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+fi
+cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" "$@" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"

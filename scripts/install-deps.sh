@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config ccache
   # Vulkan: loader and headers, the lavapipe CPU driver, vulkaninfo, validation
   libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   # shaders: build-time compiler, run-time GLSL compiler library, SPIR-V tools
