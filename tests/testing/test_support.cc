@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +16,9 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-
 #include "runtime/instance.h"
 #include "runtime/status.h"
 
@@ -37,6 +38,80 @@ class ValidationListener : public ::testing::EmptyTestEventListener {
     }
   }
   uint64_t before_ = 0;
+};
+
+// Fails a test that runs past its limit, before ctest's own timeout (300 s)
+// would kill the process without a word: prints the test and every thread of
+// the process with its name, state and the kernel function it waits in, then
+// ends the process. The limit is CAUSEWAY_TEST_WATCHDOG_S (default 240 s).
+// One thread for the whole binary, started before any test counts threads.
+class WatchdogListener : public ::testing::EmptyTestEventListener {
+ public:
+  WatchdogListener() : limit_(Limit()), thread_([this] { Watch(); }) {}
+  ~WatchdogListener() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    absl::MutexLock lock(&mu_);
+    test_ = absl::StrCat(info.test_suite_name(), ".", info.name());
+    deadline_ = absl::Now() + limit_;
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    absl::MutexLock lock(&mu_);
+    deadline_ = absl::InfiniteFuture();
+  }
+
+ private:
+  static absl::Duration Limit() {
+    const char* env = std::getenv("CAUSEWAY_TEST_WATCHDOG_S");
+    int seconds = 0;
+    if (env != nullptr && absl::SimpleAtoi(env, &seconds) && seconds > 0) return absl::Seconds(seconds);
+    return absl::Seconds(240);
+  }
+
+  // Every thread of this process: "tid name state wchan".
+  static std::string Threads() {
+    std::string out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+      const std::string dir = e.path().string();
+      std::string name = ReadFile(dir + "/comm"), stat = ReadFile(dir + "/stat"),
+                  wchan = ReadFile(dir + "/wchan");
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      // stat: "tid (comm) S ...": the state follows the last ')'.
+      const size_t paren = stat.rfind(')');
+      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      absl::StrAppend(&out, "  thread ", e.path().filename().string(), " '", name, "' state ",
+                      std::string(1, state), " waiting in ", wchan.empty() ? "?" : wchan, "\n");
+    }
+    return out;
+  }
+
+  void Watch() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      const absl::Time deadline = deadline_;
+      mu_.AwaitWithDeadline(absl::Condition(&stop_), std::min(deadline, absl::Now() + absl::Seconds(1)));
+      if (stop_ || absl::Now() < deadline_) continue;
+      std::fprintf(stderr, "watchdog: %s still running after %s; a hang. Threads:\n%s", test_.c_str(),
+                   absl::FormatDuration(limit_).c_str(), Threads().c_str());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
+  const absl::Duration limit_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::string test_ ABSL_GUARDED_BY(mu_);
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::thread thread_;  // last: starts once the rest is built
 };
 
 }  // namespace
@@ -84,6 +159,28 @@ int CountEntries(const char* dir) {
     ++n;
   }
   return n;
+}
+
+int SettledEntries(const char* dir, absl::Duration quiet, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  int last = CountEntries(dir);
+  absl::Time since = absl::Now();
+  while (absl::Now() < deadline && absl::Now() - since < quiet) {
+    absl::SleepFor(absl::Milliseconds(10));
+    const int now = CountEntries(dir);
+    if (now != last) last = now, since = absl::Now();
+  }
+  return last;
+}
+
+int AwaitEntries(const char* dir, int want, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  int now = CountEntries(dir);
+  while (now != want && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    now = CountEntries(dir);
+  }
+  return now;
 }
 
 RuntimeOptions TestOptions(int accelerators) {
@@ -147,5 +244,8 @@ int main(int argc, char** argv) {
 #endif
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new causeway::testing::ValidationListener());
+  // Started before any test runs, so tests that count threads see it in
+  // their baselines.
+  ::testing::UnitTest::GetInstance()->listeners().Append(new causeway::testing::WatchdogListener());
   return RUN_ALL_TESTS();
 }

@@ -47,6 +47,16 @@ ProgramResult RunProgram(const std::string& binary, const std::vector<std::strin
 // Entries of a directory: /proc/self/fd (open descriptors) or /proc/self/task
 // (threads), for leak checks.
 int CountEntries(const char* dir);
+// Leak checks compare counts once they have settled, since a joined thread
+// lingers in /proc/self/task for a moment and a closed peer's threads end on
+// their own schedule (slower under sanitizers and load):
+// CountEntries(dir) once it reads the same over `quiet` (for a baseline),
+// giving up after `limit`.
+int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(200),
+                   absl::Duration limit = absl::Seconds(10));
+// CountEntries(dir) once it equals `want`, or after `limit`: the count to
+// compare with `want`.
+int AwaitEntries(const char* dir, int want, absl::Duration limit = absl::Seconds(10));
 
 // Runs each body on a thread of its own and joins them. A body still running
 // after `limit` is a deadlock: it is reported and the process ends at once,

@@ -42,9 +42,11 @@
 namespace causeway::transport {
 namespace {
 
+using ::causeway::testing::AwaitEntries;
 using ::causeway::testing::CountEntries;
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
+using ::causeway::testing::SettledEntries;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kRunTimeout = absl::Seconds(30);
@@ -645,18 +647,11 @@ TEST(IslandServerTest, ControllerReconnectsAndLeaksNothing) {
   };
   run_once();  // warms what stays (the protobuf runtime, the resolver)
   // A thread of the closed controller may still be ending: the baseline is
-  // taken once the count has stopped falling (growth is what is checked).
-  int threads = CountEntries("/proc/self/task");
-  for (absl::Time end = absl::Now() + absl::Seconds(2); absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(50));
-    const int now = CountEntries("/proc/self/task");
-    if (now == threads) break;
-    threads = now;
-  }
-  const int fds = CountEntries("/proc/self/fd");
+  // taken once the counts have settled, and compared once they settle again.
+  const int threads = SettledEntries("/proc/self/task"), fds = SettledEntries("/proc/self/fd");
   for (int i = 0; i < 3; ++i) run_once();
-  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
-  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+  EXPECT_EQ(AwaitEntries("/proc/self/fd", fds), fds);
+  EXPECT_EQ(AwaitEntries("/proc/self/task", threads), threads);
 }
 
 // Tests that an island server gives back every descriptor and thread of the
@@ -686,12 +681,13 @@ TEST(IslandServerTest, ServerLeaksNothingAcrossSessions) {
   cycle(true);
   settle();
   ASSERT_OK(rt->accelerator(0)->Flush(absl::Now() + kRunTimeout));
-  const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+  const int fds = SettledEntries("/proc/self/fd"), threads = SettledEntries("/proc/self/task");
   const uint64_t memory = rt->accelerator(0)->memory_in_use();
   for (int i = 0; i < 4; ++i) cycle(i % 2 == 0);
   settle();
-  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
-  EXPECT_EQ(CountEntries("/proc/self/task"), threads);
+  // A session's threads end after it has left the server's count.
+  EXPECT_EQ(AwaitEntries("/proc/self/fd", fds), fds);
+  EXPECT_EQ(AwaitEntries("/proc/self/task", threads), threads);
   // Work no one awaited holds its buffers until the accelerator retires it.
   ASSERT_OK(rt->accelerator(0)->Flush(absl::Now() + kRunTimeout));
   EXPECT_EQ(rt->accelerator(0)->memory_in_use(), memory);
@@ -736,8 +732,8 @@ TEST(IslandServerTest, LinksToDeadPeersAreLetGo) {
     }
   };
   cycle();
-  absl::SleepFor(absl::Seconds(1));
-  const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+  const int fds = SettledEntries("/proc/self/fd", absl::Seconds(1)),
+            threads = SettledEntries("/proc/self/task", absl::Seconds(1));
   for (int i = 0; i < 3; ++i) cycle();
   settle_at(fds, threads);
   EXPECT_EQ(CountEntries("/proc/self/fd"), fds);

@@ -1,6 +1,13 @@
 #include "transport/launch.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -591,16 +598,44 @@ class Coordinator {
   std::thread thread_;  // last: starts once the rest is built
 };
 
-// A loopback address with a port that was free a moment ago, and nothing
-// listening at it.
-SocketAddress UnusedLoopbackAddress() {
-  absl::StatusOr<Socket> listener = testing::ListenOnLoopback();
-  EXPECT_TRUE(listener.ok()) << listener.status();
-  if (!listener.ok()) return SocketAddress();
-  absl::StatusOr<SocketAddress> address = testing::AddressOf(*listener);
-  EXPECT_TRUE(address.ok()) << address.status();
-  return address.ok() ? *address : SocketAddress();
-}
+// A loopback port held for a test: bound (SO_REUSEADDR) but not listening,
+// so connections to it are refused and no other process can be given it,
+// while a listener of the test (which sets SO_REUSEADDR too) can still bind
+// it. Closed when the test ends.
+class ReservedPort {
+ public:
+  ReservedPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_GE(fd_, 0) << "socket: " << std::strerror(errno);
+    if (fd_ < 0) return;
+    int one = 1;
+    EXPECT_EQ(setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0) << std::strerror(errno);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(sin);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&sin), &size) != 0) {
+      ADD_FAILURE() << "binding a loopback port: " << std::strerror(errno);
+      return;
+    }
+    absl::StatusOr<SocketAddress> address =
+        SocketAddress::Parse(absl::StrCat("127.0.0.1:", ntohs(sin.sin_port)));
+    EXPECT_TRUE(address.ok()) << address.status();
+    if (address.ok()) address_ = *address;
+  }
+  ~ReservedPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+
+  const SocketAddress& address() const { return address_; }
+
+ private:
+  int fd_ = -1;
+  SocketAddress address_;
+};
 
 LaunchConfig ConfigFor(const SocketAddress& coordinator, int id, int n) {
   LaunchConfig config;
@@ -624,7 +659,8 @@ RegisterIsland Me(int id) {
 // listens, and the controller gets every island by process id.
 TEST(RendezvousTest, FourIslandsRegisterAndAreListed) {
   constexpr int kProcesses = 4;
-  const SocketAddress address = UnusedLoopbackAddress();
+  const ReservedPort port;
+  const SocketAddress& address = port.address();
   ASSERT_NE(address.port(), 0);
   IslandRegistry registry(kProcesses);
   const absl::Time deadline = In(absl::Seconds(20));
@@ -692,7 +728,9 @@ TEST(RendezvousTest, WaitForIslandsTimesOutNamingMissingIds) {
 // Tests that registering with a coordinator that never listens gives up at
 // the deadline, naming the coordinator and the last failure.
 TEST(RendezvousTest, RegisterGivesUpAtDeadline) {
-  const SocketAddress address = UnusedLoopbackAddress();
+  const ReservedPort port;
+  const SocketAddress& address = port.address();
+  ASSERT_NE(address.port(), 0);
   const absl::Time start = absl::Now();
   absl::Status status = RegisterWithCoordinator(ConfigFor(address, 1, 2), Me(1), ClientNamed("island-1"),
                                                 In(absl::Milliseconds(300)));
