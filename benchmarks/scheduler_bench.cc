@@ -33,6 +33,16 @@
 //              same for every client count), and the process's CPU time and
 //              context switches (all threads, lavapipe's included) per program,
 //              averaged over the samples.
+//   shares:    the weighted policy's precision: four clients of weights
+//              1:2:4:8 on one accelerator, each fed back to back by a thread
+//              of its own with one-call programs of a rows x 128 by 128 x 128
+//              matmul, calls of equal cost (128 rows each) and of unequal cost
+//              (256, 128, 128, 64 rows: the lightest weight runs the longest
+//              calls). A sample measures each client's device time (the
+//              scheduler's own timestamps of every submission) over a window;
+//              the figure is the largest relative deviation of a client's
+//              share from its weight's share, in percent. The unit tests
+//              assert the policy with a wide margin; this is its precision.
 //
 // Configurations of a table alternate sample by sample (the order rotates),
 // `--runs` samples each; medians are printed, and the ratios of medians taken
@@ -40,7 +50,7 @@
 // the rate seen in a warm-up. Every sample's result is downloaded and checked
 // (outside the timed part); a wrong value aborts the benchmark.
 //
-//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy] [--quick] [--json=FILE]
+//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy|shares] [--quick] [--json=FILE]
 // --quick: 1 sample of about 10 ms per figure (seconds, for tests); --json:
 // the figures as a list of results (bench_report.h).
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
@@ -61,14 +71,16 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "runtime/builtin_kernels.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "runtime/builtin_kernels.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -498,6 +510,132 @@ void TenancyTable(int runs, bench::Report& report) {
   std::fflush(stdout);
 }
 
+// --- shares: the weighted policy's precision ---------------------------------
+
+constexpr double kShareWeights[] = {1, 2, 4, 8};
+constexpr uint32_t kShareK = 128;  // 128 x 128 by 128 x 128: about 1 ms a call on lavapipe
+
+// A client of weight `weight` with a one-call program of a rows x 128 by
+// 128 x 128 matmul of ones by halves (every output is 64, exact in f32).
+class Weighted {
+ public:
+  Weighted(Island& island, double weight, uint32_t rows) : rows_(rows) {
+    client_ = Must(island.Connect(absl::StrCat("weight", weight, "-rows", rows), weight), "Connect");
+    auto mesh = Must(client_->AllocateMesh({1}), "AllocateMesh");
+    auto mm = Must(Function::Matmul(rows, kShareK, kShareK), "Matmul");
+    ProgramBuilder b(absl::StrCat("share", weight, "x", rows));
+    b.Parameter("x", mesh, {rows, kShareK}, DType::kF32);
+    b.Parameter("w", mesh, {kShareK, kShareK}, DType::kF32);
+    b.Call("mm", mm, mesh, {"x", "w"}, {"y"});
+    b.Output("y");
+    exe_ = Must(client_->Load(Must(b.Build(), "Build")), "Load");
+    x_ = Upload(mesh, {rows, kShareK}, 1.0f);
+    w_ = Upload(mesh, {kShareK, kShareK}, 0.5f);
+  }
+  ~Weighted() { client_->Close(); }
+
+  ClientId id() const { return client_->id(); }
+  // Submits runs back to back until `stop`; checks the last one's output.
+  void Feed(const std::atomic<bool>& stop) {
+    Execution last;
+    while (!stop.load()) last = Must(client_->Execute(exe_, {x_, w_}), "Execute");
+    CHECK_OK(last.Await());
+    ExpectEquals(last.outputs[0], std::vector<float>(size_t{rows_} * kShareK, 0.5f * kShareK),
+                 absl::StrCat(client_->name(), "'s matmul"));
+  }
+
+ private:
+  ArrayRef Upload(const std::shared_ptr<Mesh>& mesh, Shape shape, float value) {
+    ArrayRef a =
+        Must(client_->CreateArray(mesh, shape, DType::kF32, Sharding::Replicated(), "in"), "CreateArray");
+    std::vector<float> host(NumElements(shape), value);
+    CHECK_OK(a->Upload(host.data(), host.size() * sizeof(float)));
+    return a;
+  }
+
+  uint32_t rows_;
+  std::shared_ptr<Client> client_;
+  std::shared_ptr<Executable> exe_;
+  ArrayRef x_, w_;
+};
+
+// One sample: every client fed for `warmup` + `window`; each client's share of
+// the device time measured in the window. Returns the largest relative
+// deviation from the weights' shares, in percent; adds the shares to `sum`.
+double ShareSample(Island& island, std::vector<std::unique_ptr<Weighted>>& clients, double window,
+                   std::vector<double>& sum) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (auto& c : clients) threads.emplace_back([&, c = c.get()] { c->Feed(stop); });
+  absl::SleepFor(absl::Seconds(window / 4));  // every client's queue filled
+  auto before = island.scheduler().DeviceTime();
+  absl::SleepFor(absl::Seconds(window));
+  auto after = island.scheduler().DeviceTime();
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  double total = 0, weights = 0, worst = 0;
+  std::vector<double> ns;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    ns.push_back(static_cast<double>(after[clients[i]->id()] - before[clients[i]->id()]));
+    total += ns.back();
+    weights += kShareWeights[i];
+  }
+  if (total <= 0) Die("shares: no device time measured in the window");
+  for (size_t i = 0; i < clients.size(); ++i) {
+    const double share = ns[i] / total, target = kShareWeights[i] / weights;
+    sum[i] += share;
+    worst = std::max(worst, std::abs(share - target) / target * 100);
+  }
+  return worst;
+}
+
+void SharesTable(int runs, bench::Report& report) {
+  auto rt = MakeRuntime(1);
+  IslandOptions options;
+  options.name = "weighted";
+  options.policy = SchedulingPolicy::kWeighted;
+  options.runs_in_flight = 8;
+  auto island = Must(Island::Create(rt.get(), options), "Island::Create");
+  const double window = sample_seconds * 10;  // 1 s (--quick: 0.1 s)
+  std::printf(
+      "\n4. shares: weights 1:2:4:8 on one accelerator, each client fed back to back with "
+      "rows x %u by %u x %u matmuls;\n   each client's share of device time over %.1f s; "
+      "median of %d samples\n",
+      kShareK, kShareK, kShareK, window, runs);
+  std::printf("%14s %26s %30s %14s\n", "calls", "rows per weight 1/2/4/8",
+              "share % (target 6.7/13.3/26.7/53.3)", "max dev %");
+  const std::vector<std::pair<const char*, std::vector<uint32_t>>> configs = {
+      {"equal", {128, 128, 128, 128}}, {"unequal", {256, 128, 128, 64}}};
+  for (const auto& [name, rows] : configs) {
+    std::vector<std::unique_ptr<Weighted>> clients;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      clients.push_back(std::make_unique<Weighted>(*island, kShareWeights[i], rows[i]));
+    }
+    std::vector<double> sum(clients.size(), 0), warm(clients.size(), 0);
+    ShareSample(*island, clients, window / 4, warm);  // pipelines, recordings, cost estimates
+    std::vector<double> worst;
+    for (int r = 0; r < runs; ++r) worst.push_back(ShareSample(*island, clients, window, sum));
+    const double median = Median(worst);
+    std::printf("%14s %26s %30s %14.1f\n", name, absl::StrJoin(rows, "/").c_str(),
+                absl::StrJoin(sum, "/",
+                              [&](std::string* out, double v) {
+                                absl::StrAppend(out, absl::StrFormat("%.1f", v / runs * 100));
+                              })
+                    .c_str(),
+                median);
+    auto& result =
+        report.Add("shares", absl::StrCat(name, " calls"), "max deviation %", /*higher_is_better=*/false)
+            .Value(median)
+            .Samples(runs)
+            .Param("rows", absl::StrJoin(rows, "/"))
+            .Param("window_s", window);
+    for (size_t i = 0; i < clients.size(); ++i) {
+      result.Extra(absl::StrCat("share_weight_", kShareWeights[i]), sum[i] / runs);
+    }
+    std::fflush(stdout);
+  }
+}
+
 int Main(int argc, char** argv) {
   const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
   int runs = 9;
@@ -509,11 +647,12 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(a.substr(7), &runs) || runs < 1) Die(absl::StrCat("bad value in ", a));
     } else if (absl::StartsWith(a, "--only=")) {
       only = a.substr(7);
-      if (only != "dispatch" && only != "pipeline" && only != "tenancy") {
-        Die(absl::StrCat("--only takes dispatch, pipeline or tenancy, got '", only, "'"));
+      if (only != "dispatch" && only != "pipeline" && only != "tenancy" && only != "shares") {
+        Die(absl::StrCat("--only takes dispatch, pipeline, tenancy or shares, got '", only, "'"));
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy] [--quick] [--json=FILE]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy|shares] [--quick] [--json=FILE]\n",
                    argv[0]);
       return 2;
     }
@@ -532,6 +671,7 @@ int Main(int argc, char** argv) {
     if (only.empty() || only == "pipeline") PipelineTable(*rt, runs, report);
   }
   if (only.empty() || only == "tenancy") TenancyTable(runs, report);
+  if (only.empty() || only == "shares") SharesTable(runs, report);
   report.WriteOrDie(common.json);
   return 0;
 }

@@ -68,13 +68,18 @@ double GangScheduler::MinPassLocked(ClientId except) const {
   return min_pass;
 }
 
+double GangScheduler::LevelLocked(ClientId except) const {
+  const double active = MinPassLocked(except);
+  return active >= 0 ? active : served_pass_;
+}
+
 void GangScheduler::AddClient(ClientId client, double weight) {
   absl::MutexLock lock(&mu_);
   ClientQueue& q = clients_[client];
   q.weight = weight > 0 ? weight : 1;
   // A newcomer starts level with the least-served client, not at zero, so it
   // cannot claim the past it was not there for.
-  q.LevelWith(MinPassLocked(client));
+  q.LevelWith(LevelLocked(client));
 }
 
 void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
@@ -114,7 +119,7 @@ void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
       if (q.runs.empty()) {
         // A client coming back from idle starts level with the active ones:
         // it cannot bank share while it had nothing to run.
-        q.LevelWith(MinPassLocked(run->client()));
+        q.LevelWith(LevelLocked(run->client()));
       }
       q.runs.push_back(run);
       fifo_.push_back(run);
@@ -156,6 +161,9 @@ void GangScheduler::Drain(const RunState* until) {
   while (!stop_) {
     std::shared_ptr<RunState> run = PickLocked();
     if (run == nullptr) break;
+    if (policy_ == SchedulingPolicy::kWeighted) {
+      served_pass_ = std::max(served_pass_, clients_[run->client()].pass());
+    }
     // A receive goes in the order once its value is here; until then the
     // run waits aside. (Asked for under the lock, so that RemoveClient
     // cannot finish the run meanwhile; a channel resolves nothing of the
@@ -234,11 +242,18 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
   const Mesh& mesh = exe.GangCallMesh(s);
   // Under contention keep at most dispatch_ahead_ gang calls in flight per
   // accelerator: the backlog stays in the queues, where the policy orders it.
+  // Another client's calls still in flight here are contention too, not only
+  // its queued runs: clients that each find the others' work in the device's
+  // ring and none queued (as after they all paused, or when each keeps its
+  // whole window of runs in flight) would otherwise all go straight to the
+  // ring, and the device would serve them in turn whatever their weights.
   for (Accelerator* acc : mesh.devices()) {
-    std::deque<Future<>>& ahead = in_flight_[acc];
-    while (!ahead.empty() && ahead.front().IsReady()) ahead.pop_front();
-    while (contended && static_cast<int>(ahead.size()) >= dispatch_ahead_) {
-      (void)ahead.front().AwaitStatus();
+    std::deque<InFlight>& ahead = in_flight_[acc];
+    while (!ahead.empty() && ahead.front().done.IsReady()) ahead.pop_front();
+    bool held = contended;
+    for (const InFlight& call : ahead) held |= call.client != run.client() && !call.done.IsReady();
+    while (held && static_cast<int>(ahead.size()) >= dispatch_ahead_) {
+      (void)ahead.front().done.AwaitStatus();
       ahead.pop_front();
     }
   }
@@ -266,8 +281,8 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
   run.completion_->AddFutures(*futures);
   if (policy_ == SchedulingPolicy::kWeighted) {
     for (int d = 0; d < mesh.size(); ++d) {
-      std::deque<Future<>>& ahead = in_flight_[mesh.device(d)];
-      ahead.push_back((*futures)[d]);
+      std::deque<InFlight>& ahead = in_flight_[mesh.device(d)];
+      ahead.push_back({run.client(), (*futures)[d]});
       // Unthrottled stretches must not grow this without bound.
       while (static_cast<int>(ahead.size()) > 4 * dispatch_ahead_) ahead.pop_front();
     }

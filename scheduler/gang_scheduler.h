@@ -55,10 +55,10 @@ struct GangCall {
 
 class GangScheduler {
  public:
-  // Under the weighted policy, while other clients have queued work, at most
-  // `dispatch_ahead` gang calls are in flight on any accelerator; further ones
-  // wait in the queues, where the policy orders them. A lone client, or FIFO,
-  // is never held back.
+  // Under the weighted policy, while other clients have work queued or in
+  // flight on an accelerator, at most `dispatch_ahead` gang calls are in
+  // flight on it; further ones wait in the queues, where the policy orders
+  // them. A lone client, or FIFO, is never held back.
   // `island` names the island in traces.
   GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dispatch_ahead, std::string island = "");
   ~GangScheduler();
@@ -98,6 +98,12 @@ class GangScheduler {
   };
   // The least pass of the clients with queued work other than `except`; -1 if none.
   double MinPassLocked(ClientId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a client that comes (back) with work starts, at the least: level
+  // with the least-served active client, or, when none is active, with the
+  // pass of the last client served. Without the latter, a client that ran
+  // alone while the others were idle would carry the device time it took
+  // then as a debt against whoever came back first.
+  double LevelLocked(ClientId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the run whose next step goes next; null when nothing is queued
   // but runs waiting for a value (and the client's runs after them).
   std::shared_ptr<RunState> PickLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,9 +133,14 @@ class GangScheduler {
   const int dispatch_ahead_;
   const std::string island_;
   const uint64_t instance_;  // tells apart schedulers of one name in a trace
-  // Gang calls in flight per accelerator; touched only by the thread that
-  // holds the dispatching role (dispatching_).
-  absl::flat_hash_map<const Accelerator*, std::deque<Future<>>> in_flight_;
+  // Gang calls in flight per accelerator (weighted policy), with the client
+  // that dispatched each; touched only by the thread that holds the
+  // dispatching role (dispatching_).
+  struct InFlight {
+    ClientId client = 0;
+    Future<> done;
+  };
+  absl::flat_hash_map<const Accelerator*, std::deque<InFlight>> in_flight_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ClientId, ClientQueue> clients_ ABSL_GUARDED_BY(mu_);
   // Clients gone away: their late runs are refused, their entry dropped once
@@ -137,6 +148,8 @@ class GangScheduler {
   absl::flat_hash_set<ClientId> removed_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<RunState>> fifo_ ABSL_GUARDED_BY(mu_);  // arrival order (FIFO policy)
   bool dispatching_ ABSL_GUARDED_BY(mu_) = false;
+  // The greatest pass a client had when it was picked (weighted policy).
+  double served_pass_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool record_ ABSL_GUARDED_BY(mu_) = false;
