@@ -714,8 +714,9 @@ absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runt
 
 IslandServer::~IslandServer() {
   Shutdown();
-  acceptor_.join();
-  reaper_.join();
+  // Not started when Create failed part way (a port in use, no island).
+  if (acceptor_.joinable()) acceptor_.join();
+  if (reaper_.joinable()) reaper_.join();
   std::vector<std::shared_ptr<Session>> sessions;
   {
     absl::MutexLock lock(&mu_);

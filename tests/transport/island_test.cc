@@ -218,6 +218,19 @@ TEST(IslandServerTest, TwoIslandProgramMatchesOneProcess) {
   }
 }
 
+// Tests that a server that cannot listen (the port is taken) is an error
+// naming the address, not a crash.
+TEST(IslandServerTest, PortInUseIsAnError) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto first, IslandServer::Create(rt.get(), IslandServerOptions()));
+  IslandServerOptions options;
+  options.listen = first->address().ToString();
+  auto second = IslandServer::Create(rt.get(), options);
+  EXPECT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(options.listen));
+}
+
 // Tests that two controllers running the same program over the same two
 // islands at once each get their own results: the value that crosses from
 // one island to the other goes to the run of the controller that sent it,
