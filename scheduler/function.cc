@@ -1,8 +1,11 @@
 #include "scheduler/function.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/builtin_kernels.h"
 #include "runtime/status.h"
 
@@ -24,6 +27,103 @@ absl::StatusOr<uint32_t> Count(const Shape& shape) {
   return static_cast<uint32_t>(n);
 }
 
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// The function's buffers, numbered as steps' arguments are: inputs, then
+// outputs, then scratch.
+class Buffers {
+ public:
+  Buffers(const std::vector<TensorSpec>& inputs, const std::vector<TensorSpec>& outputs,
+          const std::vector<TensorSpec>& scratch)
+      : inputs_(inputs), outputs_(outputs), scratch_(scratch) {}
+
+  int size() const { return static_cast<int>(inputs_.size() + outputs_.size() + scratch_.size()); }
+  bool is_input(int a) const { return a < static_cast<int>(inputs_.size()); }
+  // `a` in 0..size()-1.
+  const TensorSpec& operator[](int a) const {
+    if (is_input(a)) return inputs_[a];
+    a -= static_cast<int>(inputs_.size());
+    if (a < static_cast<int>(outputs_.size())) return outputs_[a];
+    return scratch_[a - outputs_.size()];
+  }
+  // "4 buffers (2 inputs, 1 outputs, 1 scratch, numbered in that order)".
+  std::string ToString() const {
+    return absl::StrCat(size(), " buffers (", inputs_.size(), " inputs, ", outputs_.size(), " outputs, ",
+                        scratch_.size(), " scratch, numbered in that order)");
+  }
+
+ private:
+  const std::vector<TensorSpec>& inputs_;
+  const std::vector<TensorSpec>& outputs_;
+  const std::vector<TensorSpec>& scratch_;
+};
+
+// `at` is "function 'f' step 3". The rules are listed at Function::Create.
+absl::Status CheckArgs(const std::string& at, const std::string& of_kernel, const KernelStep& step,
+                       const Buffers& buffers) {
+  const KernelReflection& r = step.kernel->reflection();
+  if (step.args.size() != r.bindings.size()) {
+    return Invalid(of_kernel, " has ", r.bindings.size(), " bindings, given ", step.args.size(), " args");
+  }
+  for (size_t i = 0; i < step.args.size(); ++i) {
+    const int a = step.args[i];
+    if (a < 0 || a >= buffers.size()) {
+      return Invalid(at, ": argument ", a, " is not one of its ", buffers.ToString());
+    }
+    const KernelBinding& b = r.bindings[i];
+    if (buffers.is_input(a) && !b.read_only) {
+      return Invalid(of_kernel, " may write binding ", b.binding, ", given input ", a,
+                     " (inputs are read-only: bind an output or scratch buffer)");
+    }
+    const uint64_t need = std::max<uint64_t>(b.min_size, 1);
+    if (buffers[a].bytes() < need) {
+      return Invalid(of_kernel, " binding ", b.binding, " expects at least ", need, " bytes, given argument ",
+                     a, " ", buffers[a].ToString(), " of ", buffers[a].bytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLaunch(const std::string& at, const std::string& of_kernel, const KernelStep& step) {
+  const KernelReflection& r = step.kernel->reflection();
+  if (step.push_constants.size() != r.push_constant_size) {
+    return Invalid(of_kernel, " takes ", r.push_constant_size, " bytes of push constants, given ",
+                   step.push_constants.size());
+  }
+  for (uint32_t g : step.groups) {
+    if (g < 1 || g > kMaxWorkgroups) {
+      return Invalid(at, ": groups [", absl::StrJoin(step.groups, ", "), "] (each must be 1..",
+                     kMaxWorkgroups, ")");
+    }
+  }
+  absl::flat_hash_map<uint32_t, uint32_t> spec;
+  for (const auto& [id, value] : step.spec) {
+    bool declared = false;
+    for (const SpecConstant& c : r.spec_constants) declared |= c.id == id;
+    if (!declared) {
+      std::vector<uint32_t> ids;
+      for (const SpecConstant& c : r.spec_constants) ids.push_back(c.id);
+      return Invalid(of_kernel, " has no specialization constant ", id, " (it declares ",
+                     ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")");
+    }
+    if (!spec.emplace(id, value).second) {
+      return Invalid(at, ": specialization constant ", id, " is given twice");
+    }
+  }
+  const std::array<uint32_t, 3> local = ResolveLocalSize(r, spec);
+  bool fits = true;
+  // Each dimension first, so that the product cannot overflow.
+  for (uint32_t d : local) fits &= d >= 1 && d <= kMaxWorkgroupInvocations;
+  if (!fits || uint64_t{local[0]} * local[1] * local[2] > kMaxWorkgroupInvocations) {
+    return Invalid(of_kernel, ": workgroup size ", local[0], "x", local[1], "x", local[2], " (expected 1..",
+                   kMaxWorkgroupInvocations, " invocations, each dimension >= 1)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string TensorSpec::ToString() const { return absl::StrCat(DTypeName(dtype), ShapeString(shape)); }
@@ -32,43 +132,28 @@ absl::StatusOr<std::shared_ptr<const Function>> Function::Create(std::string nam
                                                                  std::vector<TensorSpec> outputs,
                                                                  std::vector<TensorSpec> scratch,
                                                                  std::vector<KernelStep> steps) {
-  if (outputs.empty()) return absl::InvalidArgumentError(absl::StrCat("function '", name, "' has no outputs"));
-  if (steps.empty()) return absl::InvalidArgumentError(absl::StrCat("function '", name, "' has no kernels"));
-  int buffers = static_cast<int>(inputs.size() + outputs.size() + scratch.size());
+  const std::string what = absl::StrCat("function '", name, "'");
+  if (outputs.empty()) return Invalid(what, " has no outputs (expected at least 1)");
+  if (steps.empty()) return Invalid(what, " has no steps (expected at least 1 kernel)");
   for (const auto* list : {&inputs, &outputs, &scratch}) {
     for (const TensorSpec& t : *list) {
       for (int64_t d : t.shape) {
         if (d < 1) {
-          return absl::InvalidArgumentError(absl::StrCat("function '", name, "': shape ", ShapeString(t.shape),
-                                                         " is not static (every dimension must be >= 1; shapes "
-                                                         "that depend on data are not supported)"));
+          return Invalid(what, ": shape ", ShapeString(t.shape),
+                         " is not static (every dimension must be >= 1; shapes that depend on data are not "
+                         "supported)");
         }
       }
     }
   }
+  const Buffers buffers(inputs, outputs, scratch);
   for (size_t s = 0; s < steps.size(); ++s) {
     const KernelStep& step = steps[s];
-    if (step.kernel == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("function '", name, "' step ", s, ": no kernel"));
-    }
-    if (step.args.size() != step.kernel->reflection().bindings.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("function '", name, "' step ", s, ": kernel '",
-                                                     step.kernel->name(), "' has ",
-                                                     step.kernel->reflection().bindings.size(), " bindings, given ",
-                                                     step.args.size()));
-    }
-    for (int a : step.args) {
-      if (a < 0 || a >= buffers) {
-        return absl::InvalidArgumentError(absl::StrCat("function '", name, "' step ", s, ": argument ", a,
-                                                       " is not one of its ", buffers, " buffers"));
-      }
-    }
-    if (step.push_constants.size() != step.kernel->reflection().push_constant_size) {
-      return absl::InvalidArgumentError(absl::StrCat("function '", name, "' step ", s, ": kernel '",
-                                                     step.kernel->name(), "' takes ",
-                                                     step.kernel->reflection().push_constant_size,
-                                                     " bytes of push constants, given ", step.push_constants.size()));
-    }
+    const std::string at = absl::StrCat(what, " step ", s);
+    if (step.kernel == nullptr) return Invalid(at, ": no kernel");
+    const std::string of_kernel = absl::StrCat(at, ": kernel '", step.kernel->name(), "'");
+    RETURN_IF_ERROR(CheckArgs(at, of_kernel, step, buffers));
+    RETURN_IF_ERROR(CheckLaunch(at, of_kernel, step));
   }
   std::shared_ptr<Function> f(new Function());
   f->name_ = std::move(name);

@@ -25,6 +25,12 @@ struct TensorSpec {
   std::string ToString() const;  // "f32[4, 8]"
 };
 
+// What one kernel step may ask for (Vulkan's guaranteed minimum of
+// maxComputeWorkGroupCount in each dimension, and the invocations of one
+// workgroup after specialization).
+inline constexpr uint32_t kMaxWorkgroups = 65535;
+inline constexpr uint32_t kMaxWorkgroupInvocations = 1024;
+
 // One kernel launch of a function. `args` index the function's buffers:
 // inputs first, then outputs, then scratch.
 struct KernelStep {
@@ -42,7 +48,25 @@ struct KernelStep {
 //   auto mm = Function::Matmul(64, 64, 64);            // out = a * b
 class Function {
  public:
-  // Checks the steps against the specs (argument counts, sizes) and kernels.
+  // Checks the function as a whole, then each step against its kernel, and
+  // refuses with InvalidArgument naming the function, the step, the kernel
+  // and, where one is at fault, the binding, with what was expected and what
+  // came:
+  //   "function 'axpb' step 0: kernel 'axpb' may write binding 1, given input 0 (...)"
+  // The rules (a custom function from a def, FunctionFromDef, is held to
+  // the same ones, here):
+  //  - at least one output and one step; every dimension of every shape >= 1;
+  //  - one argument per kernel binding, each one of the function's buffers;
+  //  - no input bound where the kernel may write (an input is the caller's
+  //    array: a kernel that wrote it would change it under the caller);
+  //  - each buffer at least its binding's fixed size (KernelBinding::min_size);
+  //  - push constants of exactly the kernel's size;
+  //  - 1..kMaxWorkgroups workgroups in each dimension;
+  //  - specialization constants that the kernel declares, each given once;
+  //  - a workgroup of 1..kMaxWorkgroupInvocations invocations once
+  //    specialized, each dimension >= 1.
+  // What a kernel does with its push constants or its own code is not
+  // checked.
   static absl::StatusOr<std::shared_ptr<const Function>> Create(std::string name, std::vector<TensorSpec> inputs,
                                                                 std::vector<TensorSpec> outputs,
                                                                 std::vector<TensorSpec> scratch,

@@ -153,99 +153,35 @@ absl::StatusOr<std::shared_ptr<const Function>> CustomFromDef(const std::string&
       specs[k].push_back({std::move(shape), dtype});
     }
   }
-  if (specs[1].empty()) return Invalid(what, " has no outputs (expected at least 1)");
-  if (def.steps().empty()) return Invalid(what, " has no steps (expected at least 1 kernel)");
   RETURN_IF_ERROR(CheckCount(what, "steps", def.steps().size(), kMaxDefSteps));
-  const int inputs = static_cast<int>(specs[0].size());
-  const int buffers = static_cast<int>(specs[0].size() + specs[1].size() + specs[2].size());
-  auto buffer = [&](int a) -> const TensorSpec& {
-    if (a < inputs) return specs[0][a];
-    if (a < inputs + static_cast<int>(specs[1].size())) return specs[1][a - inputs];
-    return specs[2][a - inputs - specs[1].size()];
-  };
 
+  // Only what is particular to a def is checked here: how much it holds, and
+  // how its kernels and groups are written. Every rule of a function (the
+  // arguments against the kernel's bindings, push constants, groups,
+  // specialization, workgroup size) is Function::Create's, the same for a
+  // function made in C++.
   std::vector<KernelStep> steps;
   for (int s = 0; s < def.steps().size(); ++s) {
     const KernelStepDef& step = def.steps(s);
     const std::string at = absl::StrCat(what, " step ", s);
     ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, StepKernel(at, name, step));
-    const KernelReflection& r = kernel->reflection();
-    const std::string of_kernel = absl::StrCat(at, ": kernel '", kernel->name(), "'");
-
-    if (static_cast<size_t>(step.args().size()) != r.bindings.size()) {
-      return Invalid(of_kernel, " has ", r.bindings.size(), " bindings, given ", step.args().size(), " args");
-    }
-    for (int i = 0; i < step.args().size(); ++i) {
-      const int a = step.args(i);
-      if (a < 0 || a >= buffers) {
-        return Invalid(at, ": argument ", a, " is not one of its ", buffers, " buffers (", inputs,
-                       " inputs, ", specs[1].size(), " outputs, ", specs[2].size(),
-                       " scratch, numbered in that order)");
-      }
-      const KernelBinding& b = r.bindings[i];
-      if (a < inputs && !b.read_only) {
-        return Invalid(of_kernel, " may write binding ", b.binding, ", given input ", a,
-                       " (inputs are read-only: bind an output or scratch buffer)");
-      }
-      if (buffer(a).bytes() < std::max<uint64_t>(b.min_size, 1)) {
-        return Invalid(of_kernel, " binding ", b.binding, " expects at least ",
-                       std::max<uint64_t>(b.min_size, 1), " bytes, given argument ", a, " ",
-                       buffer(a).ToString(), " of ", buffer(a).bytes());
-      }
-    }
-
     if (step.push_constants().size() > kMaxDefPushConstantBytes) {
       return Invalid(at, ": ", step.push_constants().size(), " bytes of push constants; at most ",
                      kMaxDefPushConstantBytes);
     }
-    if (step.push_constants().size() != r.push_constant_size) {
-      return Invalid(of_kernel, " takes ", r.push_constant_size, " bytes of push constants, given ",
-                     step.push_constants().size());
-    }
-
     std::array<uint32_t, 3> groups{1, 1, 1};
     if (!step.groups().empty()) {
       if (step.groups().size() != 3) {
         return Invalid(at, ": groups ", ListString(step.groups()), " (expected none, or 3 counts: x, y, z)");
       }
-      for (int d = 0; d < 3; ++d) {
-        groups[d] = step.groups(d);
-        if (groups[d] < 1 || groups[d] > kMaxDefGroups) {
-          return Invalid(at, ": groups ", ListString(step.groups()), " (each must be 1..", kMaxDefGroups,
-                         ")");
-        }
-      }
+      std::copy(step.groups().begin(), step.groups().end(), groups.begin());
     }
-
     SpecValues spec;
-    absl::flat_hash_map<uint32_t, uint32_t> spec_map;
-    for (const KernelStepDef::SpecValue& v : step.spec()) {
-      bool declared = false;
-      for (const SpecConstant& c : r.spec_constants) declared |= c.id == v.id();
-      if (!declared) {
-        std::vector<uint32_t> ids;
-        for (const SpecConstant& c : r.spec_constants) ids.push_back(c.id);
-        return Invalid(of_kernel, " has no specialization constant ", v.id(), " (it declares ",
-                       ids.empty() ? "none" : absl::StrJoin(ids, ", "), ")");
-      }
-      if (!spec_map.emplace(v.id(), v.value()).second) {
-        return Invalid(at, ": specialization constant ", v.id(), " is given twice");
-      }
-      spec.emplace_back(v.id(), v.value());
-    }
-    const std::array<uint32_t, 3> local = ResolveLocalSize(r, spec_map);
-    bool fits = true;
-    for (uint32_t d : local) fits &= d >= 1 && d <= kMaxDefLocalSize;  // so that the product cannot overflow
-    if (!fits || uint64_t{local[0]} * local[1] * local[2] > kMaxDefLocalSize) {
-      return Invalid(of_kernel, ": workgroup size ", local[0], "x", local[1], "x", local[2], " (expected 1..",
-                     kMaxDefLocalSize, " invocations, each dimension >= 1)");
-    }
-
+    for (const KernelStepDef::SpecValue& v : step.spec()) spec.emplace_back(v.id(), v.value());
     steps.push_back({std::move(kernel), std::vector<int>(step.args().begin(), step.args().end()),
                      std::vector<uint8_t>(step.push_constants().begin(), step.push_constants().end()), groups,
                      std::move(spec)});
   }
-  // Create's own checks repeat the ones above; its errors name the function.
   return Function::Create(name, std::move(specs[0]), std::move(specs[1]), std::move(specs[2]),
                           std::move(steps));
 }
@@ -688,32 +624,38 @@ absl::StatusOr<FunctionDef> ToDef(const Function& function, std::string name) {
   google::protobuf::RepeatedPtrField<TensorSpecDef>* defs[] = {custom->mutable_inputs(), custom->mutable_outputs(),
                                                                custom->mutable_scratch()};
   for (int k = 0; k < 3; ++k) {
-    for (const TensorSpec& spec : *lists[k]) {
-      TensorSpecDef* t = defs[k]->Add();
-      t->mutable_shape()->Add(spec.shape.begin(), spec.shape.end());
-      t->set_dtype(ToDef(spec.dtype));
-    }
+    for (const TensorSpec& spec : *lists[k]) *defs[k]->Add() = ToDef(spec);
   }
-  for (const KernelStep& step : function.steps()) {
-    KernelStepDef* s = custom->add_steps();
-    // A built-in by name only if it is that very module: a custom kernel may
-    // share a built-in's name.
-    absl::StatusOr<std::shared_ptr<const Kernel>> builtin = BuiltinKernel(step.kernel->name());
-    if (builtin.ok() && (*builtin)->hash() == step.kernel->hash()) {
-      s->set_builtin(step.kernel->name());
-    } else {
-      const absl::Span<const uint32_t> words = step.kernel->spirv();
-      s->set_spirv(std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint32_t)));
-      s->set_kernel_name(step.kernel->name());
-    }
-    s->mutable_args()->Add(step.args.begin(), step.args.end());
-    s->set_push_constants(std::string(step.push_constants.begin(), step.push_constants.end()));
-    s->mutable_groups()->Add(step.groups.begin(), step.groups.end());
-    for (const auto& [id, value] : step.spec) {
-      KernelStepDef::SpecValue* v = s->add_spec();
-      v->set_id(id);
-      v->set_value(value);
-    }
+  for (const KernelStep& step : function.steps()) *custom->add_steps() = ToDef(step);
+  return def;
+}
+
+TensorSpecDef ToDef(const TensorSpec& spec) {
+  TensorSpecDef def;
+  def.mutable_shape()->Add(spec.shape.begin(), spec.shape.end());
+  def.set_dtype(ToDef(spec.dtype));
+  return def;
+}
+
+KernelStepDef ToDef(const KernelStep& step) {
+  KernelStepDef def;
+  // A built-in by name only if it is that very module: a custom kernel may
+  // share a built-in's name.
+  absl::StatusOr<std::shared_ptr<const Kernel>> builtin = BuiltinKernel(step.kernel->name());
+  if (builtin.ok() && (*builtin)->hash() == step.kernel->hash()) {
+    def.set_builtin(step.kernel->name());
+  } else {
+    const absl::Span<const uint32_t> words = step.kernel->spirv();
+    def.set_spirv(std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint32_t)));
+    def.set_kernel_name(step.kernel->name());
+  }
+  def.mutable_args()->Add(step.args.begin(), step.args.end());
+  def.set_push_constants(std::string(step.push_constants.begin(), step.push_constants.end()));
+  def.mutable_groups()->Add(step.groups.begin(), step.groups.end());
+  for (const auto& [id, value] : step.spec) {
+    KernelStepDef::SpecValue* v = def.add_spec();
+    v->set_id(id);
+    v->set_value(value);
   }
   return def;
 }

@@ -45,19 +45,18 @@ inline constexpr uint64_t kMaxDefElements = (uint64_t{1} << 32) - 1;
 inline constexpr uint64_t kMaxDefRows = uint64_t{1} << 22;
 inline constexpr int kMaxDefTensors = 64;  // inputs, outputs, scratch of a custom function; call arguments
 inline constexpr int kMaxDefSteps = 256;   // kernels of a custom function; RepeatedAdd's count
-// Vulkan's guaranteed minimums (maxPushConstantsSize, maxComputeWorkGroupCount).
+// Vulkan's guaranteed minimum maxPushConstantsSize. (Groups and workgroup
+// sizes are bounded by Function::Create, for every function.)
 inline constexpr size_t kMaxDefPushConstantBytes = 128;
-inline constexpr uint32_t kMaxDefGroups = 65535;
-// Invocations of one workgroup after specialization.
-inline constexpr uint32_t kMaxDefLocalSize = 1024;
 inline constexpr size_t kMaxProgramTextBytes = size_t{64} << 20;
 
 // The function `def` describes: a built-in through Function's constructors,
 // a custom one from built-in kernels by name or SPIR-V bytes (validated by
 // spirv-tools) and Function::Create. Errors name the function, and the step:
 //   "function 'fused' step 1: argument 5 is not one of its 4 buffers"
-// A custom step is checked against its kernel (bindings and their sizes, no
-// input bound where the kernel may write, push-constant size, groups,
+// A custom step is checked against its kernel by Function::Create, by the
+// same rules as a function made in C++ (bindings and their sizes, no input
+// bound where the kernel may write, push-constant size, groups,
 // specialization constants, workgroup size), but what a kernel computes from
 // its push constants' bytes (a count larger than its buffers) or its own
 // code is not: only robust buffer access on the device keeps an untrusted
@@ -160,6 +159,11 @@ ShardingDef ToDef(const Sharding& sharding);
 absl::StatusOr<Sharding> FromDef(const ShardingDef& def);
 DTypeDef ToDef(DType dtype);
 absl::StatusOr<DType> FromDef(DTypeDef def);
+TensorSpecDef ToDef(const TensorSpec& spec);
+// A step of a custom function, its kernel by name where it is the built-in
+// of that name (the same module), else as its SPIR-V. `step.kernel` must
+// not be null. Nothing is checked: FunctionFromDef checks the function.
+KernelStepDef ToDef(const KernelStep& step);
 
 }  // namespace causeway
 

@@ -44,7 +44,10 @@ constexpr char kUsage[] =
 int IslandCommand(const std::vector<std::string>& args) {
   auto specs = RuntimeFlagSpecs();
   specs.push_back({"listen", "address to serve on (port 0: any free port)", "127.0.0.1:0"});
-  specs.push_back({"name", "this island's name (distinct among the islands of a program)", ""});
+  specs.push_back({"name",
+                   "this island's name (distinct among the islands of a program; default: in a launch "
+                   "island-ID, else the address it serves on, HOST:PORT)",
+                   ""});
   specs.push_back({"secret-file", "file holding the shared secret (or CAUSEWAY_SECRET)", ""});
   specs.push_back({"coordinator", "launch: the coordinator's HOST:PORT (process 0 serves it)", ""});
   specs.push_back({"num-processes", "launch: how many island processes", ""});
@@ -94,9 +97,11 @@ int IslandCommand(const std::vector<std::string>& args) {
     registry.emplace((*launch)->num_processes);
     options.registry = &*registry;
   }
+  // Unnamed, the server names itself by its address: islands started
+  // without names still have distinct ones.
   options.name = flags.Get("name");
-  if (options.name.empty()) {
-    options.name = launch->has_value() ? absl::StrCat("island-", (*launch)->process_id) : "island";
+  if (options.name.empty() && launch->has_value()) {
+    options.name = absl::StrCat("island-", (*launch)->process_id);
   }
 
   // Stop on SIGINT/SIGTERM: block them here (threads inherit the mask) and
@@ -120,7 +125,7 @@ int IslandCommand(const std::vector<std::string>& args) {
     transport::RegisterIsland me;
     me.set_process_id((*launch)->process_id);
     me.set_num_processes((*launch)->num_processes);
-    me.set_name(options.name);
+    me.set_name((*server)->name());
     me.set_address(address);
     if (registry.has_value()) {
       transport::Request request;
@@ -128,14 +133,14 @@ int IslandCommand(const std::vector<std::string>& args) {
       if (auto r = registry->Handle(request); !r.ok()) return fail(r.status(), 1);
     } else {
       transport::ClientHandshakeOptions handshake;
-      handshake.name = options.name;
+      handshake.name = (*server)->name();
       handshake.secret = options.secret;
       absl::Status registered =
           transport::RegisterWithCoordinator(**launch, me, handshake, absl::Now() + absl::Minutes(2));
       if (!registered.ok()) return fail(registered, 1);
     }
   }
-  std::printf("island %s %s\n", options.name.c_str(), address.c_str());
+  std::printf("island %s %s\n", (*server)->name().c_str(), address.c_str());
   std::fflush(stdout);
 
   std::thread stopper([&] {

@@ -19,7 +19,8 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
                                                                     const std::vector<std::string>& args,
                                                                     const std::vector<std::string>& env,
                                                                     absl::Duration timeout) {
-  std::vector<std::string> argv_strings = {binary, "island", "--listen=127.0.0.1:0", "--name=" + name};
+  std::vector<std::string> argv_strings = {binary, "island", "--listen=127.0.0.1:0"};
+  if (!name.empty()) argv_strings.push_back("--name=" + name);
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_strings) argv.push_back(a.data());
@@ -62,8 +63,10 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
   std::vector<std::string> words = absl::StrSplit(line.substr(0, line.find('\n')), ' ');
   if (words.size() != 3 || words[0] != "island") {
     return absl::UnavailableError(
-        absl::StrCat("island '", name, "' (", binary, ") did not start: it printed '", line, "'"));
+        absl::StrCat(name.empty() ? "an unnamed island" : absl::StrCat("island '", name, "'"), " (", binary,
+                     ") did not start: it printed '", line, "'"));
   }
+  p->name_ = words[1];
   p->address_ = words[2];
   return p;
 }

@@ -20,10 +20,11 @@ namespace causeway::transport {
 // thread that lives as long as they should.
 class IslandProcess {
  public:
-  // Runs `binary island --listen=127.0.0.1:0 --name=NAME ARGS...` with
-  // `env` ("NAME=value") added to this environment, and waits until it
-  // prints "island NAME ADDRESS" (by `timeout`). Errors: the process could
-  // not start, ended, or said something else (quoted).
+  // Runs `binary island --listen=127.0.0.1:0 --name=NAME ARGS...` (no
+  // --name when `name` is empty: the island names itself) with `env`
+  // ("NAME=value") added to this environment, and waits until it prints
+  // "island NAME ADDRESS" (by `timeout`). Errors: the process could not
+  // start, ended, or said something else (quoted).
   static absl::StatusOr<std::unique_ptr<IslandProcess>> Start(const std::string& binary, const std::string& name,
                                                               const std::vector<std::string>& args,
                                                               const std::vector<std::string>& env = {},
@@ -34,6 +35,8 @@ class IslandProcess {
 
   // Where it serves (host:port).
   const std::string& address() const { return address_; }
+  // Its name, as it printed it.
+  const std::string& name() const { return name_; }
   pid_t pid() const { return pid_; }
   // Sends `signal` (nothing once reaped).
   void Signal(int signal);
@@ -44,6 +47,7 @@ class IslandProcess {
   IslandProcess() = default;
   pid_t pid_ = -1;
   std::string address_;
+  std::string name_;
 };
 
 }  // namespace causeway::transport

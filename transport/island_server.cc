@@ -679,16 +679,29 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<JobQueue> outbox_ = std::make_unique<JobQueue>("session outbox");
 };
 
+namespace {
+
+// "host:port", with the host cut so that the name is a valid peer name (a
+// host name may be longer than kMaxPeerNameBytes, or hold other bytes).
+std::string DefaultName(const std::string& host, int port) {
+  const std::string suffix = absl::StrCat(":", port);
+  std::string name = host.substr(0, kMaxPeerNameBytes - suffix.size());
+  for (char& c : name) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return absl::StrCat(name, suffix);
+}
+
+}  // namespace
+
 IslandServer::IslandServer(Runtime* runtime, IslandServerOptions options)
     : runtime_(runtime), options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runtime, IslandServerOptions options) {
-  RETURN_IF_ERROR(CheckPeerName(options.name));
+  if (!options.name.empty()) RETURN_IF_ERROR(CheckPeerName(options.name));
   ASSIGN_OR_RETURN(SocketAddress where, SocketAddress::Parse(options.listen));
   RETURN_IF_ERROR(CheckListenPolicy(where, options.secret.has_value()));
   std::unique_ptr<IslandServer> server(new IslandServer(runtime, std::move(options)));
-  server->options_.island.name = server->options_.name;
-  ASSIGN_OR_RETURN(server->island_, Island::Create(runtime, server->options_.island));
   ASSIGN_OR_RETURN(server->listener_, Socket::Listen(where, 64));
   // The address peers reach: the one listened on, with the port the kernel
   // gave; on a wildcard address, this host's name.
@@ -698,6 +711,9 @@ absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runt
     if (gethostname(name, sizeof(name) - 1) == 0) host = name;
   }
   server->advertised_ = absl::StrCat(host, ":", server->listener_.port());
+  if (server->options_.name.empty()) server->options_.name = DefaultName(host, server->listener_.port());
+  server->options_.island.name = server->options_.name;
+  ASSIGN_OR_RETURN(server->island_, Island::Create(runtime, server->options_.island));
   ASSIGN_OR_RETURN(server->address_,
                    SocketAddress::Parse(absl::StrCat(where.ToString().substr(0, where.ToString().rfind(':')), ":",
                                                      server->listener_.port())));
@@ -714,8 +730,9 @@ absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runt
 
 IslandServer::~IslandServer() {
   Shutdown();
-  acceptor_.join();
-  reaper_.join();
+  // Not started when Create failed part way (a port in use, no island).
+  if (acceptor_.joinable()) acceptor_.join();
+  if (reaper_.joinable()) reaper_.join();
   std::vector<std::shared_ptr<Session>> sessions;
   {
     absl::MutexLock lock(&mu_);

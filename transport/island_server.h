@@ -47,8 +47,10 @@ inline constexpr uint64_t kControllerIds = uint64_t{1} << 62;
 
 struct IslandServerOptions {
   // This island's name: told to peers in the handshake, and used in every
-  // message about it. Peers of one program must have distinct names.
-  std::string name = "island";
+  // message about it. Peers of one program must have distinct names. Empty:
+  // the address peers reach it at (advertised_address(), "host:port"), so
+  // that islands started without names have distinct ones.
+  std::string name;
   // host:port; port 0 lets the kernel pick (address() tells).
   std::string listen = "127.0.0.1:0";
   // Required unless `listen` is a loopback address.

@@ -38,11 +38,12 @@ echo "== $step"
 step="check the installed package files"
 echo "== $step"
 for f in include/causeway/runtime/runtime.h include/causeway/runtime/ops.h \
-         include/causeway/shaders/builtin_shaders.h; do
+         include/causeway/shaders/builtin_shaders.h include/causeway/transport/controller.h \
+         include/causeway/transport/island.pb.h include/causeway/scheduler/program_def.pb.h; do
   [[ -f "$prefix/$f" ]] || { echo "missing $prefix/$f" >&2; exit 1; }
 done
 for name in CausewayConfig.cmake CausewayConfigVersion.cmake CausewayTargets.cmake libcauseway.a \
-            libcauseway_shaders.a; do
+            libcauseway_shaders.a libcauseway_scheduler.a libcauseway_transport.a libcauseway_island.a; do
   [[ -n "$(find "$prefix" -name "$name" -print -quit)" ]] || { echo "no $name under $prefix" >&2; exit 1; }
 done
 
@@ -71,12 +72,14 @@ step="build the downstream project"
 echo "== $step"
 "$cmake" --build "$tmp/build" "${config_args[@]}"
 
-step="run the downstream program"
-echo "== $step"
-exe=$(find "$tmp/build" -type f -name downstream -perm -u+x -print -quit)
-[[ -n "$exe" ]] || { echo "no downstream executable under $tmp/build" >&2; exit 1; }
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export CAUSEWAY_CACHE_DIR=$tmp/cache  # keep the pipeline cache out of $HOME
-"$exe"
+for program in downstream downstream_transport; do
+  step="run the downstream program $program"
+  echo "== $step"
+  exe=$(find "$tmp/build" -type f -name "$program" -perm -u+x -print -quit)
+  [[ -n "$exe" ]] || { echo "no $program executable under $tmp/build" >&2; exit 1; }
+  "$exe"
+done
 step="done"
 echo "== passed"

@@ -220,6 +220,52 @@ TEST(IslandServerTest, TwoIslandProgramMatchesOneProcess) {
   }
 }
 
+// Tests that islands started without names, as processes or in this one,
+// name themselves by their addresses, so that a program spans two of them
+// (two islands of one name would be refused when it is loaded).
+TEST(IslandServerTest, UnnamedIslandsAreNamedByTheirAddresses) {
+  Cluster c;
+  c.a = StartIsland("", 2);
+  c.b = StartIsland("", 2);
+  ASSERT_NE(c.a, nullptr);
+  ASSERT_NE(c.b, nullptr);
+  EXPECT_EQ(c.a->name(), c.a->address());
+  EXPECT_EQ(c.b->name(), c.b->address());
+  EXPECT_NE(c.a->name(), c.b->name());
+  ASSERT_OK_AND_ASSIGN(c.controller, Controller::Connect({c.a->address(), c.b->address()}));
+  EXPECT_EQ(c.controller->island_name(0), c.a->address());
+  EXPECT_EQ(c.controller->island_name(1), c.b->address());
+  ASSERT_OK_AND_ASSIGN(c.ma, c.controller->AllocateMesh(0, {2}));
+  ASSERT_OK_AND_ASSIGN(c.mb, c.controller->AllocateMesh(1, {2}));
+  ASSERT_OK_AND_ASSIGN(c.program, c.controller->Load(PipelineDef(), {{"a", c.ma}, {"b", c.mb}}));
+  const Inputs in = MakeInputs(7);
+  RemoteInputs r = Upload(c, in);
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, c.controller->Execute(c.program, {r.x, r.y, r.w}));
+  ASSERT_OK(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kRows * kCols);
+  ASSERT_OK(c.controller->Download(run.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+  const std::vector<float> want = Reference(in);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3f * (1 + std::abs(want[i])));
+
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), IslandServerOptions()));
+  EXPECT_EQ(server->name(), server->advertised_address());
+}
+
+// Tests that a server that cannot listen (the port is taken) is an error
+// naming the address, not a crash.
+TEST(IslandServerTest, PortInUseIsAnError) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto first, IslandServer::Create(rt.get(), IslandServerOptions()));
+  IslandServerOptions options;
+  options.listen = first->address().ToString();
+  auto second = IslandServer::Create(rt.get(), options);
+  EXPECT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(options.listen));
+}
+
 // Tests that two controllers running the same program over the same two
 // islands at once each get their own results: the value that crosses from
 // one island to the other goes to the run of the controller that sent it,

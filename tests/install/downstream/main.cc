@@ -1,22 +1,35 @@
-// Runs the built-in "add" kernel through an installed Causeway on the CPU
-// driver and checks the sum. Exits 0 only if every element is right; prints
-// what went wrong otherwise.
+// Uses an installed Causeway through causeway::causeway, on the CPU driver:
+// runs the built-in "add" kernel and checks the sum; checks that a function
+// whose kernel would overwrite its input is refused when it is made; drives
+// an island server (named by its address by default) through a controller.
+// Exits 0 only if every check passes; prints what went wrong otherwise.
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/kernel.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
+#include "scheduler/function.h"
+#include "transport/controller.h"
+#include "transport/island_server.h"
+
+// The package's targets bring C++20; this project asks for no standard.
+static_assert(__cplusplus >= 202002L, "causeway::causeway should compile its users with C++20");
 
 namespace {
 
-absl::Status Run() {
+absl::StatusOr<std::unique_ptr<causeway::Runtime>> CpuRuntime() {
   causeway::RuntimeOptions options;
   options.accelerators = 1;
   options.device = "cpu";
-  absl::StatusOr<std::unique_ptr<causeway::Runtime>> rt = causeway::Runtime::Create(options);
+  return causeway::Runtime::Create(options);
+}
+
+absl::Status CheckAdd() {
+  absl::StatusOr<std::unique_ptr<causeway::Runtime>> rt = CpuRuntime();
   if (!rt.ok()) return rt.status();
   causeway::Accelerator* acc = (*rt)->accelerator(0);
 
@@ -59,13 +72,67 @@ absl::Status Run() {
   return absl::OkStatus();
 }
 
+// y = a * x + b with args {1, 0} binds the input x where the kernel writes:
+// Function::Create must refuse it, naming the binding.
+absl::Status CheckFunctionRules() {
+  absl::StatusOr<std::shared_ptr<const causeway::Kernel>> axpb = causeway::Kernel::FromGlsl("axpb", R"(
+    #version 450
+    layout(local_size_x = 64) in;
+    layout(set = 0, binding = 0, std430) readonly buffer X { float x[]; };
+    layout(set = 0, binding = 1, std430) writeonly buffer Y { float y[]; };
+    layout(push_constant) uniform Params { uint count; float a; float b; } p;
+    void main() {
+      const uint i = gl_GlobalInvocationID.x;
+      if (i < p.count) y[i] = p.a * x[i] + p.b;
+    }
+  )");
+  if (!axpb.ok()) return axpb.status();
+  const causeway::TensorSpec t{{64}, causeway::DType::kF32};
+  auto make = [&](std::vector<int> args) {
+    return causeway::Function::Create("axpb", {t}, {t}, {},
+                                      {{*axpb, std::move(args), std::vector<uint8_t>(12), {1, 1, 1}, {}}});
+  };
+  if (absl::Status ok = make({0, 1}).status(); !ok.ok()) return ok;
+  const absl::Status refused = make({1, 0}).status();
+  if (refused.code() != absl::StatusCode::kInvalidArgument ||
+      refused.message().find("may write binding 1, given input 0") == absl::string_view::npos) {
+    return absl::InternalError("a function whose kernel writes its input 0 was not refused for it: " +
+                               refused.ToString());
+  }
+  std::printf("downstream: Function::Create refuses a kernel that writes an input\n");
+  return absl::OkStatus();
+}
+
+// An island server in this process, named by its address, and a controller
+// that connects to it and allocates a mesh there.
+absl::Status CheckController() {
+  absl::StatusOr<std::unique_ptr<causeway::Runtime>> rt = CpuRuntime();
+  if (!rt.ok()) return rt.status();
+  absl::StatusOr<std::unique_ptr<causeway::transport::IslandServer>> server =
+      causeway::transport::IslandServer::Create(rt->get(), {});
+  if (!server.ok()) return server.status();
+  absl::StatusOr<std::unique_ptr<causeway::transport::Controller>> controller =
+      causeway::transport::Controller::Connect({(*server)->address().ToString()});
+  if (!controller.ok()) return controller.status();
+  if ((*controller)->island_name(0) != (*server)->advertised_address()) {
+    return absl::InternalError("the island is named '" + (*controller)->island_name(0) +
+                               "', expected its address " + (*server)->advertised_address());
+  }
+  absl::StatusOr<causeway::transport::RemoteMesh> mesh = (*controller)->AllocateMesh(0, {1});
+  if (!mesh.ok()) return mesh.status();
+  std::printf("downstream: a controller allocated a mesh on island '%s'\n",
+              (*controller)->island_name(0).c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main() {
-  absl::Status s = Run();
-  if (!s.ok()) {
-    std::fprintf(stderr, "downstream: %s\n", s.ToString().c_str());
-    return 1;
+  for (absl::Status (*check)() : {CheckAdd, CheckFunctionRules, CheckController}) {
+    if (absl::Status s = check(); !s.ok()) {
+      std::fprintf(stderr, "downstream: %s\n", s.ToString().c_str());
+      return 1;
+    }
   }
   return 0;
 }
