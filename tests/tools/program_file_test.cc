@@ -45,8 +45,9 @@ using ::causeway::testing::PipelineInCpp;
 using ::causeway::testing::TestOptions;
 using ::testing::HasSubstr;
 
-// The repository's examples/, found from this file's path.
-fs::path ExamplesDir() { return fs::path(__FILE__).parent_path().parent_path().parent_path() / "examples"; }
+// The repository's examples/ (CAUSEWAY_SOURCE_DIR is set by the build, as an
+// absolute path; __FILE__ may be relative to the build directory).
+fs::path ExamplesDir() { return fs::path(CAUSEWAY_SOURCE_DIR) / "examples"; }
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -308,7 +309,7 @@ TEST(ProgramFileTest, KernelFilesResolveRelativeToTheFile) {
   const std::string spv = BuiltinSpirvBytes("add");
   WriteFile(dir / "sub" / "kernels" / "add.spv", spv);
   WriteFile(dir / "sub" / "kernels" / "add.comp",
-            ReadFile(fs::path(__FILE__).parent_path().parent_path().parent_path() / "shaders" / "add.comp"));
+            ReadFile(fs::path(CAUSEWAY_SOURCE_DIR) / "shaders" / "add.comp"));
   auto rt = MakeRuntime(2);
   ASSERT_NE(rt, nullptr);
   for (const char* kernel : {"spirv_file: \"kernels/add.spv\"", "glsl_file: \"kernels/add.comp\""}) {
