@@ -699,7 +699,7 @@ absl::StatusOr<FunctionDef> ToDef(const Function& function, std::string name) {
     // A built-in by name only if it is that very module: a custom kernel may
     // share a built-in's name.
     absl::StatusOr<std::shared_ptr<const Kernel>> builtin = BuiltinKernel(step.kernel->name());
-    if (builtin.ok() && (*builtin)->hash() == step.kernel->hash()) {
+    if (builtin.ok() && (*builtin)->sha256() == step.kernel->sha256()) {
       s->set_builtin(step.kernel->name());
     } else {
       const absl::Span<const uint32_t> words = step.kernel->spirv();
