@@ -37,7 +37,43 @@ std::vector<char> ReadCacheFile(const std::string& path, const PhysicalDeviceInf
   return data;
 }
 
+void AppendWord(std::string* bytes, uint32_t word) {
+  for (int byte = 0; byte < 4; ++byte) bytes->push_back(static_cast<char>((word >> (8 * byte)) & 0xFF));
+}
+
 }  // namespace
+
+PipelineKey MakePipelineKey(absl::Span<const uint32_t> spirv, const SpecValues& spec) {
+  std::string bytes;
+  bytes.reserve(16 + spirv.size() * 4 + spec.size() * 8);
+  // Little-endian throughout, counts first, so that the module's end and the
+  // values' start cannot be shifted against each other.
+  AppendWord(&bytes, static_cast<uint32_t>(spirv.size()));
+  AppendWord(&bytes, static_cast<uint32_t>(spirv.size() >> 32));
+  for (uint32_t word : spirv) AppendWord(&bytes, word);
+  AppendWord(&bytes, static_cast<uint32_t>(spec.size()));
+  for (const auto& [id, value] : spec) {
+    AppendWord(&bytes, id);
+    AppendWord(&bytes, value);
+  }
+  return Sha256(bytes);
+}
+
+KernelDeviceFeatures EnabledKernelFeatures(const PhysicalDeviceInfo& info) {
+  KernelDeviceFeatures f;
+  f.shader_float16 = info.shader_float16;
+  f.shader_int16 = info.shader_int16;
+  f.shader_int64 = info.shader_int64;
+  f.shader_float64 = info.shader_float64;
+  f.storage_buffer_16bit = info.storage_buffer_16bit;
+  f.subgroup_operations = info.subgroup_operations;
+  return f;
+}
+
+std::string RobustAccessSummary(const PhysicalDeviceInfo& info) {
+  return absl::StrCat("robustBufferAccess ", info.robust_buffer_access ? "on" : "off (not offered)",
+                      ", robustBufferAccess2 ", info.robust_buffer_access2 ? "on" : "off (not offered)");
+}
 
 absl::StatusOr<int64_t> Device::CalibrateClock() const {
   if (get_calibrated_timestamps_fn_ == nullptr) {
@@ -124,16 +160,28 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   if (external) {
     extensions.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   }
+  // Bounds checks on every access through a binding, wherever offered: a
+  // kernel indexing past its buffer reads zeros (or buffer contents) instead
+  // of another tenant's memory.
+  if (info.robust_buffer_access2) extensions.push_back(VK_EXT_ROBUSTNESS_2_EXTENSION_NAME);
 
+  VkPhysicalDeviceRobustness2FeaturesEXT robustness2{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ROBUSTNESS_2_FEATURES_EXT};
+  robustness2.robustBufferAccess2 = VK_TRUE;
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
   f12.timelineSemaphore = VK_TRUE;
   f12.shaderFloat16 = info.shader_float16;
   f12.hostQueryReset = VK_TRUE;
+  if (info.robust_buffer_access2) f12.pNext = &robustness2;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.storageBuffer16BitAccess = info.storage_buffer_16bit;
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   features.pNext = &f11;
+  features.features.robustBufferAccess = info.robust_buffer_access;
+  features.features.shaderInt16 = info.shader_int16;
+  features.features.shaderInt64 = info.shader_int64;
+  features.features.shaderFloat64 = info.shader_float64;
 
   VkDeviceCreateInfo create{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   create.pNext = &features;
@@ -143,6 +191,9 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   create.ppEnabledExtensionNames = extensions.data();
   VK_RETURN_IF_ERROR(vkCreateDevice(info.handle, &create, nullptr, &self->device_));
   CountVulkanObject(+1);
+  self->robust_buffer_access_ = info.robust_buffer_access;
+  self->robust_buffer_access2_ = info.robust_buffer_access2;
+  self->kernel_features_ = EnabledKernelFeatures(info);
 
   for (uint32_t i = 0; i < options.queue_count; ++i) {
     VkQueue q;
@@ -215,10 +266,14 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
                                                     const SpecValues& spec_in) {
   SpecValues spec = spec_in;
   std::sort(spec.begin(), spec.end());
+  PipelineKey key = MakePipelineKey(kernel->spirv(), spec);
   absl::MutexLock lock(&mu_);
-  auto key = std::make_pair(kernel->hash(), spec);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second.get();
 
+  if (absl::Status s = CheckKernelCapabilities(kernel->capabilities(), kernel_features_); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel '", kernel->name(), "' on device '", info_.name, "': ", s.message()));
+  }
   const KernelReflection& r = kernel->reflection();
   for (const auto& [id, value] : spec) {
     bool known = false;
@@ -305,7 +360,7 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   CountVulkanObject(+1);
 
   const Pipeline* result = p.get();
-  pipelines_.emplace(std::move(key), std::move(p));  // p is null now: cleanup keeps the objects
+  pipelines_.emplace(key, std::move(p));  // p is null now: cleanup keeps the objects
   return result;
 }
 

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "runtime/instance.h"
 #include "runtime/kernel.h"
 
@@ -36,6 +37,22 @@ struct Pipeline {
 
 // Specialization values: constant id -> 32-bit value (floats by bit pattern).
 using SpecValues = std::vector<std::pair<uint32_t, uint32_t>>;
+
+// What keys a device's pipelines: SHA-256 over the whole module's words and
+// every specialization value (`spec` sorted by id), each length-prefixed, so
+// that no two different (module, values) pairs share a pipeline short of a
+// SHA-256 collision.
+using PipelineKey = std::array<uint8_t, 32>;
+PipelineKey MakePipelineKey(absl::Span<const uint32_t> spirv, const SpecValues& spec);
+
+// The optional features a device made from `info` enables (every one it
+// offers), as kernel admission sees them.
+KernelDeviceFeatures EnabledKernelFeatures(const PhysicalDeviceInfo& info);
+
+// The bounds checks a device made from `info` turns on, for `causeway
+// devices`: "robustBufferAccess on, robustBufferAccess2 on" (each on where
+// the device offers it).
+std::string RobustAccessSummary(const PhysicalDeviceInfo& info);
 
 struct DeviceOptions {
   uint32_t queue_count = 1;
@@ -61,9 +78,15 @@ class Device {
   uint32_t queue_count() const { return static_cast<uint32_t>(queues_.size()); }
   bool push_descriptors() const { return push_descriptor_fn_ != nullptr; }
   bool external_memory() const { return get_memory_fd_fn_ != nullptr; }
+  // The bounds checks this device has on (see RobustAccessSummary).
+  bool robust_buffer_access() const { return robust_buffer_access_; }
+  bool robust_buffer_access2() const { return robust_buffer_access2_; }
+  const KernelDeviceFeatures& kernel_features() const { return kernel_features_; }
 
   // The pipeline for `kernel` with `spec` on this device, built at first use
   // through the pipeline cache and kept for the device's lifetime.
+  // InvalidArgument when the kernel declares a capability whose feature this
+  // device has not enabled (CheckKernelCapabilities).
   absl::StatusOr<const Pipeline*> GetPipeline(const std::shared_ptr<const Kernel>& kernel,
                                               const SpecValues& spec = {});
 
@@ -97,11 +120,12 @@ class Device {
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn_ = nullptr;
   PFN_vkGetMemoryFdKHR get_memory_fd_fn_ = nullptr;
   PFN_vkGetCalibratedTimestampsEXT get_calibrated_timestamps_fn_ = nullptr;
+  bool robust_buffer_access_ = false;
+  bool robust_buffer_access2_ = false;
+  KernelDeviceFeatures kernel_features_;
 
   absl::Mutex mu_;
-  // Keyed by kernel hash and specialization values.
-  absl::flat_hash_map<std::pair<uint64_t, SpecValues>, std::unique_ptr<Pipeline>> pipelines_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PipelineKey, std::unique_ptr<Pipeline>> pipelines_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace causeway

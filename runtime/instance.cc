@@ -113,8 +113,15 @@ PhysicalDeviceInfo ReadDevice(VkPhysicalDevice pd, uint32_t index) {
   info.driver_name = driver.driverName;
   info.driver_info = driver.driverInfo;
   info.subgroup_size = subgroup.subgroupSize;
+  if (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) {
+    info.subgroup_operations = subgroup.supportedOperations;
+  }
 
+  const bool has_robustness2 = info.HasExtension(VK_EXT_ROBUSTNESS_2_EXTENSION_NAME);
+  VkPhysicalDeviceRobustness2FeaturesEXT robustness2{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ROBUSTNESS_2_FEATURES_EXT};
   VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  if (has_robustness2) f12.pNext = &robustness2;
   VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
   f11.pNext = &f12;
   VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
@@ -123,6 +130,12 @@ PhysicalDeviceInfo ReadDevice(VkPhysicalDevice pd, uint32_t index) {
   info.timeline_semaphore = f12.timelineSemaphore;
   info.shader_float16 = f12.shaderFloat16;
   info.storage_buffer_16bit = f11.storageBuffer16BitAccess;
+  info.shader_int16 = features.features.shaderInt16;
+  info.shader_int64 = features.features.shaderInt64;
+  info.shader_float64 = features.features.shaderFloat64;
+  info.robust_buffer_access = features.features.robustBufferAccess;
+  info.robust_buffer_access2 =
+      has_robustness2 && robustness2.robustBufferAccess2 && info.robust_buffer_access;
   info.push_descriptor = info.HasExtension(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
   info.external_memory_fd = info.HasExtension(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   info.calibrated_timestamps = info.HasExtension(VK_EXT_CALIBRATED_TIMESTAMPS_EXTENSION_NAME);

@@ -57,6 +57,17 @@ struct PhysicalDeviceInfo {
   bool calibrated_timestamps = false;
   bool shader_float16 = false;
   bool storage_buffer_16bit = false;
+  bool shader_int16 = false;
+  bool shader_int64 = false;
+  bool shader_float64 = false;
+  // VkSubgroupFeatureFlags supported in compute shaders (0 when the compute
+  // stage has no subgroup operations).
+  uint32_t subgroup_operations = 0;
+  // Bounds checks the device offers: robustBufferAccess (core), and
+  // VK_EXT_robustness2's robustBufferAccess2 (tighter: out-of-bounds reads
+  // give zero, writes are dropped, against the exact bound range).
+  bool robust_buffer_access = false;
+  bool robust_buffer_access2 = false;
 
   bool HasExtension(absl::string_view name) const;
   // The first queue family with compute, preferring one without graphics.

@@ -1,6 +1,7 @@
 #include "runtime/kernel.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,17 +34,6 @@ constexpr size_t kMaxSpirvFileBytes = size_t{256} << 20;
 // Same code, message prefixed with "kernel '<name>': ".
 absl::Status InKernel(absl::string_view name, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("kernel '", name, "': ", status.message()));
-}
-
-uint64_t Fnv1a64(absl::Span<const uint32_t> words) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint32_t word : words) {
-    for (int byte = 0; byte < 4; ++byte) {
-      hash ^= (word >> (8 * byte)) & 0xFF;
-      hash *= 0x100000001b3ull;
-    }
-  }
-  return hash;
 }
 
 // Reads a regular file whole. Opened non-blocking so that a FIFO without a
@@ -127,20 +117,38 @@ absl::Status ValidateSpirv(absl::Span<const uint32_t> words, spv_target_env env)
   return absl::OkStatus();
 }
 
-Kernel::Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection)
+Kernel::Digest Sha256(absl::string_view bytes) {
+  Kernel::Digest digest{};
+  unsigned int size = 0;
+  // EVP_Digest fails only when libcrypto cannot allocate its context; a
+  // zero digest then matches no real module's.
+  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1 ||
+      size != digest.size()) {
+    digest.fill(0);
+  }
+  return digest;
+}
+
+Kernel::Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection,
+               std::vector<uint32_t> capabilities)
     : name_(std::move(name)),
       words_(std::move(words)),
       reflection_(std::move(reflection)),
-      hash_(Fnv1a64(words_)) {}
+      capabilities_(std::move(capabilities)),
+      sha256_(Sha256(absl::string_view(reinterpret_cast<const char*>(words_.data()),
+                                       words_.size() * sizeof(uint32_t)))) {}
 
 absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirv(std::string name,
                                                                 absl::Span<const uint32_t> words) {
   if (absl::Status s = CheckSpirvHeader(words); !s.ok()) return InKernel(name, s);
   if (absl::Status s = ValidateSpirv(words); !s.ok()) return InKernel(name, s);
+  absl::StatusOr<std::vector<uint32_t>> capabilities = AdmitSpirv(words);
+  if (!capabilities.ok()) return InKernel(name, capabilities.status());
   absl::StatusOr<KernelReflection> reflection = ReflectSpirv(words);
   if (!reflection.ok()) return InKernel(name, reflection.status());
-  return std::shared_ptr<const Kernel>(
-      new Kernel(std::move(name), std::vector<uint32_t>(words.begin(), words.end()), *std::move(reflection)));
+  return std::shared_ptr<const Kernel>(new Kernel(std::move(name),
+                                                  std::vector<uint32_t>(words.begin(), words.end()),
+                                                  *std::move(reflection), *std::move(capabilities)));
 }
 
 absl::StatusOr<std::shared_ptr<const Kernel>> Kernel::FromSpirvBytes(std::string name,

@@ -7,6 +7,7 @@
 
 #include <spirv-tools/libspirv.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "runtime/glsl_compiler.h"  // IWYU pragma: export
+#include "runtime/kernel_admission.h"  // IWYU pragma: export
 #include "runtime/spirv_reflect.h"  // IWYU pragma: export
 
 namespace causeway {
@@ -31,7 +33,9 @@ absl::Status ValidateSpirv(absl::Span<const uint32_t> words, spv_target_env env 
 //
 // Every factory checks, in order: that the words look like SPIR-V (not empty,
 // the magic in host byte order, a whole header), the spirv-tools validator
-// (Vulkan 1.2 rules), then reflection. Errors name the kernel:
+// (Vulkan 1.2 rules), admission (kernel_admission.h: no pointers or other
+// features that reach memory outside the bound buffers), then reflection.
+// Errors name the kernel:
 //   "kernel 'matmul': not SPIR-V: magic 0x464c457f (expected 0x07230203)".
 //
 // Immutable after creation, and so thread-safe; shared by every device and
@@ -49,7 +53,7 @@ absl::Status ValidateSpirv(absl::Span<const uint32_t> words, spv_target_env env 
 //   const KernelReflection& r = kernel->reflection();
 //   // r.bindings[0]: set 0, binding 0, storage buffer, min_size 0.
 //   // r.push_constant_size == 4, r.local_size == {64, 1, 1}.
-//   uint64_t cache_key = kernel->hash();
+//   const Kernel::Digest& identity = kernel->sha256();
 class Kernel {
  public:
   // Takes a copy of `words`.
@@ -75,23 +79,34 @@ class Kernel {
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
+  using Digest = std::array<uint8_t, 32>;
+
   const std::string& name() const { return name_; }
   absl::Span<const uint32_t> spirv() const { return words_; }
   const KernelReflection& reflection() const { return reflection_; }
+  // The capabilities the module declares, sorted; a device checks them
+  // against its enabled features (CheckKernelCapabilities) before building.
+  const std::vector<uint32_t>& capabilities() const { return capabilities_; }
 
-  // FNV-1a 64 of the SPIR-V bytes (little-endian words): equal for equal
-  // words in every process and on every run, so it can key on-disk pipeline
-  // caches. The name does not enter it.
-  uint64_t hash() const { return hash_; }
+  // SHA-256 of the whole module's bytes (the words in host byte order, as
+  // stored on disk): the kernel's identity. Two kernels with equal digests
+  // are the same code; a different module cannot be made to match one. The
+  // name does not enter it.
+  const Digest& sha256() const { return sha256_; }
 
  private:
-  Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection);
+  Kernel(std::string name, std::vector<uint32_t> words, KernelReflection reflection,
+         std::vector<uint32_t> capabilities);
 
   const std::string name_;
   const std::vector<uint32_t> words_;
   const KernelReflection reflection_;
-  const uint64_t hash_;
+  const std::vector<uint32_t> capabilities_;
+  const Digest sha256_;
 };
+
+// SHA-256 of `bytes` (libcrypto).
+Kernel::Digest Sha256(absl::string_view bytes);
 
 }  // namespace causeway
 

@@ -1,10 +1,10 @@
 #include "scheduler/array.h"
 
 #include <algorithm>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checked_size.h"
 #include "runtime/status.h"
 
 namespace causeway {
@@ -72,6 +72,11 @@ absl::StatusOr<std::shared_ptr<Array>> Array::Create(std::shared_ptr<Mesh> mesh,
   if (mesh->released()) {
     return absl::FailedPreconditionError(absl::StrCat("array '", label, "': ", mesh->DebugString(),
                                                       " was released"));
+  }
+  // The whole array's bytes must fit in 64 bits (and its element count in
+  // an int64_t), or the shard size wraps and later copies run past it.
+  if (absl::StatusOr<uint64_t> bytes = CheckedByteSize(shape, DTypeSize(dtype)); !bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("array '", label, "': ", bytes.status().message()));
   }
   std::shared_ptr<Array> a(new Array());
   ASSIGN_OR_RETURN(a->shard_shape_, ShardShape(shape, sharding, *mesh));

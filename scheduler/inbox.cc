@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/checked_size.h"
+#include "runtime/status.h"
 
 namespace causeway {
 
@@ -92,13 +94,22 @@ Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target
   return future;
 }
 
+void Inbox::set_max_total(uint64_t max_total) {
+  absl::MutexLock lock(&mu_);
+  max_total_ = max_total;
+}
+
 absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total) {
-  if (length == 0 || offset + length > total || offset + length < offset) {
-    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent ", length, " bytes at offset ",
-                                                   offset, " of a value of ", total, " bytes"));
+  if (length == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent 0 bytes at offset ", offset));
   }
+  RETURN_IF_ERROR(CheckRange(offset, length, total, absl::StrCat(name_, ": run ", tag)));
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
+  if (total > max_total_) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
+                                                   " bytes; its receive takes at most ", max_total_));
+  }
   auto& slot = runs_[tag];
   if (slot == nullptr) {
     slot = std::make_unique<Run>();

@@ -32,7 +32,9 @@ namespace causeway {
 class Inbox {
  public:
   // `name` describes the channel in errors ("channel 3 from island 'b'").
-  explicit Inbox(std::string name) : name_(std::move(name)) {}
+  // `max_total` bounds every run's value (see set_max_total).
+  explicit Inbox(std::string name, uint64_t max_total = UINT64_MAX)
+      : name_(std::move(name)), max_total_(max_total) {}
   ~Inbox();
 
   // The receive step of run `tag`: resolves once `total` bytes have arrived
@@ -40,10 +42,16 @@ class Inbox {
   // the inbox closed, or if a receive for `tag` is already waiting.
   Future<> Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target> targets);
 
+  // The largest value a run may send: the receive's declared size when the
+  // bytes come from a peer, so that a data header cannot make the inbox
+  // allocate an early-arrival buffer of any size it names.
+  void set_max_total(uint64_t max_total);
+
   // Where `length` bytes at `offset` of run `tag`'s `total`-byte value go.
   // The memory stays valid until the matching End. InvalidArgument when the
-  // range is outside the value or `total` disagrees with what this run
-  // expects; FailedPrecondition when the run already failed or completed.
+  // range is outside the value, `total` is more than max_total (refused
+  // before anything is allocated) or disagrees with what this run expects;
+  // FailedPrecondition when the run already failed or completed.
   struct Slot {
     uint8_t* data = nullptr;
     uint64_t id = 0;  // for End
@@ -95,6 +103,7 @@ class Inbox {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t max_total_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -10,6 +10,7 @@
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "runtime/builtin_kernels.h"
+#include "runtime/checked_size.h"
 #include "runtime/status.h"
 #include "scheduler/collectives.h"
 
@@ -62,25 +63,20 @@ absl::Status CheckCount(absl::string_view what, absl::string_view items, int cou
 }
 
 // A static shape within the bounds: rank <= kMaxDefRank, every dimension
-// >= 1, at most kMaxDefElements elements and kMaxDefRows rows. Products stay
-// below 2^64: each factor is checked against 2^32 - 1 first.
+// >= 1, at most kMaxDefElements elements and kMaxDefRows rows (the products
+// checked for overflow by CheckedElementCount).
 absl::StatusOr<Shape> ShapeFromDef(absl::string_view what,
                                    const google::protobuf::RepeatedField<int64_t>& dims) {
   if (dims.size() > kMaxDefRank) {
     return Invalid(what, ": shape of rank ", dims.size(), "; at most ", kMaxDefRank);
   }
-  uint64_t elements = 1, rows = 1;
-  for (int i = 0; i < dims.size(); ++i) {
-    const int64_t d = dims[i];
-    if (d < 1) {
-      return Invalid(what, ": shape ", ListString(dims), " has dimension ", i, " = ", d,
-                     "; every dimension must be >= 1 (shapes are static)");
-    }
-    if (static_cast<uint64_t>(d) > kMaxDefElements ||
-        (elements *= static_cast<uint64_t>(d)) > kMaxDefElements) {
-      return Invalid(what, ": shape ", ListString(dims), " has more than ", kMaxDefElements, " elements");
-    }
-    if (i + 1 < dims.size() && (rows *= static_cast<uint64_t>(d)) > kMaxDefRows) {
+  const absl::Span<const int64_t> shape(dims.data(), dims.size());
+  if (absl::StatusOr<uint64_t> elements = CheckedElementCount(shape, kMaxDefElements); !elements.ok()) {
+    return Invalid(what, ": ", elements.status().message());
+  }
+  if (!shape.empty()) {
+    if (absl::StatusOr<uint64_t> rows = CheckedElementCount(shape.first(shape.size() - 1), kMaxDefRows);
+        !rows.ok()) {
       return Invalid(what, ": shape ", ListString(dims), " has more than ", kMaxDefRows,
                      " rows (elements before its last axis)");
     }
@@ -642,7 +638,7 @@ KernelStepDef ToDef(const KernelStep& step) {
   // A built-in by name only if it is that very module: a custom kernel may
   // share a built-in's name.
   absl::StatusOr<std::shared_ptr<const Kernel>> builtin = BuiltinKernel(step.kernel->name());
-  if (builtin.ok() && (*builtin)->hash() == step.kernel->hash()) {
+  if (builtin.ok() && (*builtin)->sha256() == step.kernel->sha256()) {
     def.set_builtin(step.kernel->name());
   } else {
     const absl::Span<const uint32_t> words = step.kernel->spirv();

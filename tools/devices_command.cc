@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/device.h"
 #include "runtime/memory.h"
 #include "runtime/runtime.h"
 #include "tools/commands.h"
@@ -90,6 +91,7 @@ int DevicesCommand(const std::vector<std::string>& args) {
   std::printf("\naccelerators that would be made: %d on [%u] %s\n", plan->accelerators, plan->device->index,
               plan->device->name.c_str());
   std::printf("  layout: %s\n", plan->shared_device ? "queues of one VkDevice" : "one VkDevice per accelerator");
+  std::printf("  bounds checks: %s\n", RobustAccessSummary(*plan->device).c_str());
   std::printf("  memory budget: %s each\n", FormatBytes(plan->memory_budget).c_str());
   std::printf("  ring: %u in-flight submissions each\n", plan->ring_capacity);
   std::printf("  copies between accelerators: %s\n", CopyPathName(plan->copy_path));

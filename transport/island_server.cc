@@ -2,9 +2,9 @@
 
 #include <unistd.h>
 
-#include <cstring>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <utility>
@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/checked_size.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "scheduler/inbox.h"
@@ -84,8 +85,12 @@ class JobQueue {
 // The receiving end of a channel: an inbox fed by the peer's data frames.
 class IslandServer::Receiver : public Channel {
  public:
-  Receiver(uint64_t id, std::string peer) : id_(id), peer_(std::move(peer)),
-      inbox_(absl::StrCat("channel ", id, " from island '", peer_, "'")) {}
+  // Takes no bytes until set_max_total gives the declared size of what it
+  // receives.
+  Receiver(uint64_t id, std::string peer)
+      : id_(id),
+        peer_(std::move(peer)),
+        inbox_(absl::StrCat("channel ", id, " from island '", peer_, "'"), /*max_total=*/0) {}
   Future<> Send(uint64_t, uint64_t, uint64_t, std::shared_ptr<Buffer>, Future<>) override {
     return Future<>::Ready(absl::InternalError(absl::StrCat(Describe(), " only receives")));
   }
@@ -117,6 +122,18 @@ class IslandServer::PeerLink {
 };
 
 namespace {
+
+// Bytes of the largest value `program` receives over `channel` (0 if none).
+uint64_t ReceivedBytes(const Program& program, const Channel* channel) {
+  uint64_t bytes = 0;
+  for (const ProgramStep& step : program.steps()) {
+    if (step.kind != ProgramStep::kReceive || step.channel.get() != channel || step.outputs.empty()) continue;
+    const ProgramValue& value = program.values()[step.outputs[0]];
+    absl::StatusOr<uint64_t> value_bytes = CheckedByteSize(value.shape, DTypeSize(value.dtype));
+    if (value_bytes.ok()) bytes = std::max(bytes, *value_bytes);
+  }
+  return bytes;
+}
 
 // The sending end of a channel.
 class Sender : public Channel, public std::enable_shared_from_this<Sender> {
@@ -415,10 +432,13 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         if (!sharding_def.ParseFromString(ca.sharding())) return absl::InvalidArgumentError("bad sharding");
         ASSIGN_OR_RETURN(Sharding sharding, FromDef(sharding_def));
         ASSIGN_OR_RETURN(DType dtype, FromDef(static_cast<DTypeDef>(ca.dtype())));
-        if (ca.shape_size() < 1 || ca.shape_size() > 8) return absl::InvalidArgumentError("rank must be 1 to 8");
+        if (ca.shape_size() < 1 || ca.shape_size() > 8) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("CreateArray: rank must be 1 to 8, got ", ca.shape_size()));
+        }
         Shape shape(ca.shape().begin(), ca.shape().end());
-        for (int64_t d : shape) {
-          if (d < 1 || d > (int64_t{1} << 32)) return absl::InvalidArgumentError("bad dimension");
+        if (absl::StatusOr<uint64_t> bytes = CheckedByteSize(shape, DTypeSize(dtype)); !bytes.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("CreateArray: ", bytes.status().message()));
         }
         ASSIGN_OR_RETURN(ArrayRef array, c->CreateArray(mesh->second, shape, dtype, sharding));
         arrays_[next_id_] = array;
@@ -472,6 +492,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         }
         ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
         ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
+        // A peer's data header cannot size an early-arrival buffer beyond
+        // what the receive declared.
+        for (const auto& r : loaded.receivers) {
+          r->inbox().set_max_total(ReceivedBytes(loaded.exe->program(), r.get()));
+        }
         RETURN_IF_ERROR(server_->AddReceivers(loaded.receivers));
         for (int o : loaded.exe->program().outputs()) {
           const ProgramValue& v = loaded.exe->program().values()[o];

@@ -749,26 +749,26 @@ TEST(KernelTest, FromFileRejectsDirectoryAndEmptyFile) {
   EXPECT_EQ(s.message(), "kernel 'kernel_test_empty': empty SPIR-V module: 0 bytes");
 }
 
-// Tests that the hash is FNV-1a 64 of the bytes (so stable across runs),
-// equal for equal words whatever the name, and different for other words.
-TEST(KernelTest, HashIsStableContentHash) {
+// Tests that a kernel's identity is SHA-256 of its bytes (so stable across
+// runs), equal for equal words whatever the name, and different for other
+// words.
+TEST(KernelTest, IdentityIsTheSha256OfTheModule) {
   const std::vector<uint32_t> words = MustCompile(kScaleGlsl);
   auto a = Kernel::FromSpirv("a", words);
   auto b = Kernel::FromSpirvBytes("b", AsBytes(words));
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ((*a)->hash(), (*b)->hash());
-
-  uint64_t expected = 0xcbf29ce484222325ull;
-  for (unsigned char c : AsBytes(words)) {
-    expected = (expected ^ c) * 0x100000001b3ull;
-  }
-  EXPECT_EQ((*a)->hash(), expected);
+  EXPECT_EQ((*a)->sha256(), (*b)->sha256());
+  EXPECT_EQ((*a)->sha256(), Sha256(AsBytes(words)));
+  // SHA-256 of "abc" (FIPS 180-2, appendix B.1).
+  EXPECT_EQ(Sha256("abc"), (Kernel::Digest{0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40,
+                                           0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
+                                           0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad}));
 
   std::string other_source(kScaleGlsl);
   other_source.replace(other_source.find("64"), 2, "32");
   auto c = Kernel::FromGlsl("a", other_source);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_NE((*a)->hash(), (*c)->hash());
+  EXPECT_NE((*a)->sha256(), (*c)->sha256());
 }
 
 }  // namespace

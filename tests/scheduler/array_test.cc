@@ -349,5 +349,23 @@ TEST_F(ArrayTest, BadArraysAreRefused) {
   EXPECT_THAT(on_released.status().message(), HasSubstr("released"));
 }
 
+// Tests that a shape whose element count or byte size does not fit in 64
+// bits is refused, naming the shape, rather than wrapping the shard size to
+// a few bytes that a later upload or fetch would copy past.
+TEST_F(ArrayTest, ShapesWhoseSizeOverflowsAreRefused) {
+  ASSERT_OK_AND_ASSIGN(auto mesh, client_->AllocateMesh({1}));
+  const int64_t k2to32 = int64_t{1} << 32;
+  const Shape wraps_to_zero = {k2to32, k2to32};      // 2^64 elements
+  const Shape bytes_wrap = {int64_t{1} << 62, 1};    // 2^64 bytes of f32
+  const Shape over_int64 = {k2to32, k2to32 / 2, 2};  // 2^64 elements, in three
+  for (const Shape& shape : {wraps_to_zero, bytes_wrap, over_int64}) {
+    SCOPED_TRACE(ShapeString(shape));
+    auto array = client_->CreateArray(mesh, shape, DType::kF32, Sharding::Replicated(), "huge");
+    EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument) << array.status();
+    EXPECT_THAT(array.status().message(), HasSubstr("array 'huge'"));
+    EXPECT_THAT(array.status().message(), HasSubstr(ShapeString(shape)));
+  }
+}
+
 }  // namespace
 }  // namespace causeway

@@ -71,6 +71,26 @@ TEST(InboxTest, EarlyAndLateBytesReachEveryTarget) {
   }
 }
 
+// Tests that a value larger than the receive declared is refused from its
+// header, before the inbox allocates anything for it, and that ranges whose
+// end would wrap past 2^64 are refused.
+TEST(InboxTest, ValueLargerThanTheReceiveIsRefusedBeforeAllocating) {
+  Inbox inbox("bounded inbox", /*max_total=*/1000);
+  const uint8_t bytes[2] = {1, 2};
+  EXPECT_ERROR(inbox.Deliver(7, 0, uint64_t{1} << 62, bytes, 1), absl::StatusCode::kInvalidArgument,
+               "bounded inbox: run 7", "4611686018427387904 bytes", "at most 1000");
+  EXPECT_EQ(inbox.pending(), 0u);
+  EXPECT_ERROR(inbox.Deliver(8, UINT64_MAX, 1000, bytes, 2), absl::StatusCode::kInvalidArgument,
+               "run past the end");
+  EXPECT_EQ(inbox.pending(), 0u);
+  // Within the bound, early bytes are kept for the receive.
+  ASSERT_OK(inbox.Deliver(9, 0, 1000, bytes, 2));
+  EXPECT_EQ(inbox.pending(), 1u);
+  // A bound lowered later holds for what comes next.
+  inbox.set_max_total(0);
+  EXPECT_ERROR(inbox.Deliver(10, 0, 2, bytes, 2), absl::StatusCode::kInvalidArgument, "at most 0");
+}
+
 // Tests that a receive dispatched while bytes are still being written into
 // the inbox's own memory (they began before it) gets them once written.
 TEST(InboxTest, ReceiveArrivingMidWriteGetsTheBytes) {

@@ -398,7 +398,7 @@ TEST_F(ProgramDefTest, BuiltFunctionsAndProgramsAsData) {
   ASSERT_EQ(again->steps().size(), fused->steps().size());
   for (size_t i = 0; i < fused->steps().size(); ++i) {
     const KernelStep &want = fused->steps()[i], &got = again->steps()[i];
-    EXPECT_EQ(got.kernel->hash(), want.kernel->hash()) << "step " << i;
+    EXPECT_EQ(got.kernel->sha256(), want.kernel->sha256()) << "step " << i;
     EXPECT_EQ(got.kernel->name(), want.kernel->name()) << "step " << i;
     EXPECT_EQ(got.args, want.args) << "step " << i;
     EXPECT_EQ(got.push_constants, want.push_constants) << "step " << i;
@@ -643,6 +643,24 @@ TEST(ProgramDefTextTest, MalformedTextNamesLineAndReason) {
                "p.txt:1:1: ", "no field named \"meshs\"");
   EXPECT_ERROR(ParseProgramDefText("parameters { dtype: F64 }", "p.txt").status(),
                absl::StatusCode::kInvalidArgument, "p.txt:1:21: ", "F64");
+}
+
+// Tests that a def whose custom kernel uses PhysicalStorageBuffer pointers
+// (an address from the push constants) is refused, naming the capability.
+TEST(ProgramDefAdmissionTest, PointerKernelInADefIsRefused) {
+  absl::StatusOr<std::vector<uint32_t>> words = CompileGlsl("peek", testing::kPointerKernelGlsl);
+  ASSERT_OK(words.status());
+  FunctionDef def;
+  def.set_name("peek");
+  FunctionDef::Custom* c = def.mutable_custom();
+  c->add_outputs()->add_shape(4);
+  KernelStepDef* step = c->add_steps();
+  step->set_spirv(
+      std::string(reinterpret_cast<const char*>(words->data()), words->size() * sizeof(uint32_t)));
+  step->add_args(0);
+  step->set_push_constants(std::string(8, '\0'));
+  EXPECT_ERROR(FunctionFromDef(def).status(), absl::StatusCode::kInvalidArgument, "function 'peek' step 0",
+               "PhysicalStorageBufferAddresses");
 }
 
 // Tests that defs naming what does not exist, disagreeing with their meshes,

@@ -32,6 +32,23 @@ inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
 
 using ::causeway::reference::RandomFloats;
 
+// A hostile kernel: it reads and writes through an address taken from its
+// push constants (GL_EXT_buffer_reference), which reaches any memory of the
+// process. Binding 0 is a storage buffer of uints; 8 bytes of push constants.
+inline constexpr absl::string_view kPointerKernelGlsl = R"(#version 450
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+layout(local_size_x = 1) in;
+layout(buffer_reference, std430) buffer Words { uint v[]; };
+layout(push_constant) uniform Params { uint64_t address; };
+layout(set = 0, binding = 0) buffer Out { uint out_v[]; };
+void main() {
+  Words w = Words(address);
+  out_v[0] = w.v[0];
+  w.v[1] = 7u;
+}
+)";
+
 // A whole file's bytes ("" if it cannot be read).
 std::string ReadFile(const std::string& path);
 

@@ -695,6 +695,47 @@ TEST(RunCommandTest, FailsOnAMalformedFileAndOnBadUsage) {
   EXPECT_THAT(r.out, HasSubstr("usage: causeway run PROGRAM"));
 }
 
+// Tests that `causeway run` refuses a program whose kernel dereferences an
+// address from its push constants (GL_EXT_buffer_reference): exit 1 with
+// the capability named, where it once died of SIGSEGV.
+TEST(RunCommandTest, RefusesAKernelThatUsesPointers) {
+  const fs::path dir = FreshDir("cli_pointers");
+  WriteFile(dir / "peek.comp", R"(#version 450
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+layout(local_size_x = 1) in;
+layout(buffer_reference, std430) buffer Words { uint v[]; };
+layout(push_constant) uniform Params { uint64_t address; };
+layout(set = 0, binding = 0) readonly buffer In { uint in_v[]; };
+layout(set = 0, binding = 1) buffer Out { uint out_v[]; };
+void main() {
+  Words w = Words(address);
+  out_v[0] = w.v[0] + in_v[0];
+  w.v[1] = 7u;
+}
+)");
+  WriteFile(dir / "peek.textproto", R"(program {
+  name: "peek"
+  meshes { name: "m" dims: 1 }
+  functions {
+    name: "peek"
+    custom {
+      inputs { shape: 4 }
+      outputs { shape: 4 }
+      steps { glsl_file: "peek.comp" args: [0, 1] push_constants: "\x10\x00\x00\x00\x00\x00\x00\x00" }
+    }
+  }
+  parameters { value: "a" mesh: "m" shape: [4] }
+  nodes { name: "peek" call { function: "peek" mesh: "m" inputs: ["a"] outputs: "b" } }
+  outputs: "b"
+}
+inputs { value: "a" fill: 1 }
+)");
+  Ran r = Cli(absl::StrCat("run ", (dir / "peek.textproto").string(), " --device=cpu"), dir);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("PhysicalStorageBufferAddresses"));
+}
+
 // Tests that an expectation not met exits 1 naming the output.
 TEST(RunCommandTest, FailsWhenAnExpectationIsNotMet) {
   const fs::path dir = FreshDir("cli_unmet");

@@ -1,0 +1,71 @@
+#include "runtime/checked_size.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway {
+namespace {
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+// Tests that products and sums that fit are exact and those that do not are
+// InvalidArgument naming what was computed.
+TEST(CheckedSizeTest, MulAndAddRefuseOverflow) {
+  ASSERT_OK_AND_ASSIGN(uint64_t product, CheckedMul(uint64_t{1} << 31, uint64_t{1} << 32, "bytes"));
+  EXPECT_EQ(product, uint64_t{1} << 63);
+  EXPECT_ERROR(CheckedMul(uint64_t{1} << 32, uint64_t{1} << 32, "bytes"), absl::StatusCode::kInvalidArgument,
+               "bytes: 4294967296 x 4294967296 does not fit in 64 bits");
+  ASSERT_OK_AND_ASSIGN(uint64_t sum, CheckedAdd(kMax - 1, 1, "end"));
+  EXPECT_EQ(sum, kMax);
+  EXPECT_ERROR(CheckedAdd(kMax, 1, "end"), absl::StatusCode::kInvalidArgument, "end:", "does not fit");
+}
+
+// Tests element counts: exact below the limits, refused at a dimension < 1,
+// past the caller's limit, and where the product would wrap.
+TEST(CheckedSizeTest, ElementCounts) {
+  ASSERT_OK_AND_ASSIGN(uint64_t n, CheckedElementCount({4, 128, 3}));
+  EXPECT_EQ(n, 4u * 128 * 3);
+  ASSERT_OK_AND_ASSIGN(uint64_t scalar, CheckedElementCount({}));
+  EXPECT_EQ(scalar, 1u);
+  EXPECT_ERROR(CheckedElementCount({4, 0}), absl::StatusCode::kInvalidArgument, "shape [4, 0]",
+               "dimension 1 = 0");
+  EXPECT_ERROR(CheckedElementCount({4, -2}), absl::StatusCode::kInvalidArgument, "dimension 1 = -2");
+  EXPECT_ERROR(CheckedElementCount({1000, 1000}, 999999), absl::StatusCode::kInvalidArgument,
+               "more than 999999 elements");
+  const int64_t k2to32 = int64_t{1} << 32;
+  // 2^64 wraps to 0 in unchecked arithmetic.
+  EXPECT_ERROR(CheckedElementCount({k2to32, k2to32}), absl::StatusCode::kInvalidArgument,
+               "shape [4294967296, 4294967296] has more than 9223372036854775807 elements");
+  EXPECT_ERROR(CheckedElementCount({int64_t{1} << 62, 2}), absl::StatusCode::kInvalidArgument, "more than");
+}
+
+// Tests byte sizes: elements times the element size, refused when the
+// product passes 2^64 or the caller's limit.
+TEST(CheckedSizeTest, ByteSizes) {
+  ASSERT_OK_AND_ASSIGN(uint64_t bytes, CheckedByteSize({4, 128}, 4));
+  EXPECT_EQ(bytes, 2048u);
+  EXPECT_ERROR(CheckedByteSize({int64_t{1} << 62}, 4), absl::StatusCode::kInvalidArgument,
+               "shape [4611686018427387904] of 4-byte elements is more than");
+  EXPECT_ERROR(CheckedByteSize({1024}, 4, 4095), absl::StatusCode::kInvalidArgument, "more than 4095 bytes");
+  ASSERT_OK_AND_ASSIGN(uint64_t exact, CheckedByteSize({1024}, 4, 4096));
+  EXPECT_EQ(exact, 4096u);
+}
+
+// Tests ranges: inside (including empty at the end) is OK; past the end, or
+// where offset + length would wrap, is refused.
+TEST(CheckedSizeTest, Ranges) {
+  EXPECT_OK(CheckRange(0, 32, 32, "frame"));
+  EXPECT_OK(CheckRange(32, 0, 32, "frame"));
+  EXPECT_ERROR(CheckRange(16, 17, 32, "frame"), absl::StatusCode::kInvalidArgument,
+               "frame: 17 bytes at offset 16 run past the end of a 32-byte object");
+  EXPECT_ERROR(CheckRange(kMax, 16, 32, "frame"), absl::StatusCode::kInvalidArgument, "run past the end");
+  EXPECT_ERROR(CheckRange(16, kMax, 32, "frame"), absl::StatusCode::kInvalidArgument, "run past the end");
+}
+
+}  // namespace
+}  // namespace causeway

@@ -1,0 +1,247 @@
+#include "runtime/kernel_admission.h"
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <spirv-tools/libspirv.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/accelerator.h"
+#include "runtime/command_list.h"
+#include "runtime/device.h"
+#include "runtime/kernel.h"
+#include "runtime/runtime.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::kPointerKernelGlsl;
+using ::causeway::testing::MakeRuntime;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr absl::string_view kScaleGlsl = R"(#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer Data { float values[]; };
+layout(push_constant) uniform Params { float factor; };
+void main() { values[gl_GlobalInvocationID.x] *= factor; }
+)";
+
+std::vector<uint32_t> MustCompile(absl::string_view source) {
+  absl::StatusOr<std::vector<uint32_t>> words = CompileGlsl("test", source);
+  EXPECT_TRUE(words.ok()) << words.status();
+  return words.ok() ? *std::move(words) : std::vector<uint32_t>();
+}
+
+// An empty compute module with `declarations` (capabilities, extensions)
+// after its Shader capability, assembled from SPIR-V text.
+std::vector<uint32_t> EmptyModuleWith(absl::string_view declarations) {
+  const std::string text = absl::StrCat("OpCapability Shader\n", declarations, R"(
+OpMemoryModel Logical GLSL450
+OpEntryPoint GLCompute %main "main"
+OpExecutionMode %main LocalSize 1 1 1
+%void = OpTypeVoid
+%fn = OpTypeFunction %void
+%main = OpFunction %void None %fn
+%entry = OpLabel
+OpReturn
+OpFunctionEnd
+)");
+  spvtools::SpirvTools tools(SPV_ENV_UNIVERSAL_1_5);
+  std::vector<uint32_t> words;
+  EXPECT_TRUE(tools.Assemble(text, &words)) << text;
+  return words;
+}
+
+// Tests that a buffer_reference kernel is refused at admission, naming the
+// capability, the addressing model, the storage class and the conversion, once
+// each.
+TEST(AdmitSpirvTest, PhysicalStorageBufferPointersAreRefused) {
+  absl::StatusOr<std::vector<uint32_t>> admitted = AdmitSpirv(MustCompile(kPointerKernelGlsl));
+  EXPECT_EQ(admitted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      admitted.status().message(),
+      HasSubstr("capability PhysicalStorageBufferAddresses, addressing model PhysicalStorageBuffer64, "
+                "storage class PhysicalStorageBuffer and OpConvertUToPtr are refused: pointers reach "
+                "memory outside the kernel's bound buffers"));
+}
+
+// Tests that Kernel creation refuses the pointer kernel with InvalidArgument
+// naming the kernel and the capability, from GLSL and from SPIR-V bytes.
+TEST(AdmitSpirvTest, KernelCreationRefusesPointers) {
+  absl::Status from_glsl = Kernel::FromGlsl("peek", kPointerKernelGlsl).status();
+  EXPECT_EQ(from_glsl.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(from_glsl.message(),
+              AllOf(HasSubstr("kernel 'peek'"), HasSubstr("PhysicalStorageBufferAddresses")));
+  const std::vector<uint32_t> words = MustCompile(kPointerKernelGlsl);
+  std::string bytes(words.size() * 4, '\0');
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  absl::Status from_bytes = Kernel::FromSpirvBytes("peek", bytes).status();
+  EXPECT_EQ(from_bytes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(from_bytes.message(), HasSubstr("PhysicalStorageBufferAddresses"));
+}
+
+// Tests that the pointer extensions and variable pointers are refused by
+// name, even in a module that declares nothing else of them.
+TEST(AdmitSpirvTest, PointerExtensionsAndVariablePointersAreRefused) {
+  for (absl::string_view extension :
+       {"SPV_KHR_physical_storage_buffer", "SPV_EXT_physical_storage_buffer", "SPV_KHR_variable_pointers"}) {
+    SCOPED_TRACE(extension);
+    const std::vector<uint32_t> words = EmptyModuleWith(absl::StrCat("OpExtension \"", extension, "\"\n"));
+    absl::StatusOr<std::vector<uint32_t>> admitted = AdmitSpirv(words);
+    EXPECT_EQ(admitted.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(admitted.status().message(), HasSubstr(absl::StrCat("extension ", extension, " is refused")));
+  }
+  const std::vector<uint32_t> variable = EmptyModuleWith("OpCapability VariablePointers\n");
+  absl::StatusOr<std::vector<uint32_t>> admitted = AdmitSpirv(variable);
+  EXPECT_EQ(admitted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(admitted.status().message(), HasSubstr("capability VariablePointers is refused"));
+}
+
+// Tests that an ordinary kernel, and one using subgroup arithmetic, are
+// admitted with the capabilities they declare.
+TEST(AdmitSpirvTest, OrdinaryKernelsAreAdmitted) {
+  absl::StatusOr<std::vector<uint32_t>> scale = AdmitSpirv(MustCompile(kScaleGlsl));
+  ASSERT_TRUE(scale.ok()) << scale.status();
+  EXPECT_THAT(*scale, ElementsAre(1u));  // Shader
+  absl::StatusOr<std::vector<uint32_t>> subgroup = AdmitSpirv(MustCompile(R"(#version 450
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(local_size_x = 32) in;
+layout(set = 0, binding = 0) buffer Data { float v[]; };
+void main() { v[gl_GlobalInvocationID.x] = subgroupAdd(v[gl_GlobalInvocationID.x]); }
+)"));
+  ASSERT_TRUE(subgroup.ok()) << subgroup.status();
+  EXPECT_THAT(*subgroup, ElementsAre(1u, 61u, 63u));  // Shader, GroupNonUniform, GroupNonUniformArithmetic
+}
+
+// Tests that a capability the device has not enabled is refused naming the
+// capability and the feature it needs.
+TEST(CheckKernelCapabilitiesTest, NeedsTheDeviceFeature) {
+  KernelDeviceFeatures none;
+  EXPECT_OK(CheckKernelCapabilities({1u}, none));
+  absl::Status int64 = CheckKernelCapabilities({1u, 11u}, none);
+  EXPECT_EQ(int64.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(int64.message(), HasSubstr("capability Int64 needs the device feature shaderInt64"));
+  absl::Status arithmetic =
+      CheckKernelCapabilities({61u, 63u}, KernelDeviceFeatures{.subgroup_operations = 1});
+  EXPECT_THAT(arithmetic.message(), HasSubstr("GroupNonUniformArithmetic needs the device feature subgroup"));
+  KernelDeviceFeatures all{.shader_int64 = true, .subgroup_operations = kSubgroupBasic | kSubgroupArithmetic};
+  EXPECT_OK(CheckKernelCapabilities({1u, 11u, 61u, 63u}, all));
+  EXPECT_THAT(CheckKernelCapabilities({5347u}, all).message(), HasSubstr("refused"));
+}
+
+// --- on a device ---------------------------------------------------------------
+
+// Tests that devices turn on robustBufferAccess (and robustBufferAccess2)
+// wherever the physical device offers them, and say so.
+TEST(DeviceAdmissionTest, RobustAccessIsOnWhereOffered) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  const Device& device = rt->accelerator(0)->device();
+  EXPECT_EQ(device.robust_buffer_access(), device.info().robust_buffer_access);
+  EXPECT_EQ(device.robust_buffer_access2(), device.info().robust_buffer_access2);
+  // lavapipe offers both.
+  EXPECT_TRUE(device.robust_buffer_access());
+  EXPECT_THAT(RobustAccessSummary(device.info()), HasSubstr("robustBufferAccess on"));
+}
+
+// Tests that an admitted kernel still runs, with the right results.
+TEST(DeviceAdmissionTest, AdmittedKernelRuns) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  ASSERT_OK_AND_ASSIGN(auto kernel, Kernel::FromGlsl("scale", kScaleGlsl));
+  std::vector<float> values(64);
+  for (int i = 0; i < 64; ++i) values[i] = static_cast<float>(i);
+  ASSERT_OK_AND_ASSIGN(auto buffer, acc->CreateBuffer(values.size() * sizeof(float)));
+  ASSERT_OK(acc->UploadSync(buffer, values.data(), values.size() * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList("admission_test"));
+  ASSERT_OK(list->Dispatch(kernel, {buffer}, 3.0f, {1, 1, 1}));
+  ASSERT_OK(acc->Submit(list).Await());
+  std::vector<float> got(64);
+  ASSERT_OK(acc->DownloadSync(buffer, got.data(), got.size() * sizeof(float)));
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(got[i], 3.0f * i) << i;
+}
+
+// Tests that a kernel declaring a capability whose feature the device did not
+// enable (Int8: shaderInt8 is never enabled) is refused when its pipeline is
+// built, naming the kernel, the capability and the feature.
+TEST(DeviceAdmissionTest, CapabilityWithoutItsFeatureIsRefusedAtPipelineCreation) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto kernel, Kernel::FromGlsl("bytes", R"(#version 450
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) buffer Data { uint v[]; };
+void main() { int8_t x = int8_t(v[0]); v[0] = uint(x * int8_t(3)); }
+)"));
+  absl::Status s = rt->accelerator(0)->device().GetPipeline(kernel).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("kernel 'bytes'"), HasSubstr("capability Int8 needs the device feature "
+                                                           "shaderInt8")));
+}
+
+// Tests that the pipeline key covers every word of the module and every
+// specialization value: changing any one word or value gives another key,
+// and the key is SHA-256 of the documented serialization.
+TEST(PipelineKeyTest, CoversTheWholeModuleAndTheSpecValues) {
+  const std::vector<uint32_t> words = MustCompile(kScaleGlsl);
+  const PipelineKey key = MakePipelineKey(words, {});
+  for (size_t i = 0; i < words.size(); ++i) {
+    std::vector<uint32_t> changed = words;
+    changed[i] ^= 1u << (i % 32);
+    ASSERT_NE(MakePipelineKey(changed, {}), key) << "word " << i;
+  }
+  std::vector<uint32_t> longer = words;
+  longer.push_back(0);
+  EXPECT_NE(MakePipelineKey(longer, {}), key);
+  EXPECT_NE(MakePipelineKey(words, {{0, 0}}), key);
+  EXPECT_NE(MakePipelineKey(words, {{0, 1}}), MakePipelineKey(words, {{0, 2}}));
+  EXPECT_NE(MakePipelineKey(words, {{0, 1}}), MakePipelineKey(words, {{1, 1}}));
+  // A trailing word of the module cannot pass for a specialization value.
+  std::vector<uint32_t> shifted = words;
+  shifted.push_back(5);
+  EXPECT_NE(MakePipelineKey(shifted, {}), MakePipelineKey(words, {{5, 0}}));
+
+  std::string serialized;
+  auto append = [&serialized](uint32_t w) { serialized.append(reinterpret_cast<const char*>(&w), 4); };
+  append(static_cast<uint32_t>(words.size()));
+  append(0);
+  for (uint32_t w : words) append(w);
+  append(1);
+  append(3);
+  append(0x40400000);
+  EXPECT_EQ(MakePipelineKey(words, {{3, 0x40400000}}), Sha256(serialized));
+}
+
+// Tests that two different modules never share a pipeline on one device,
+// and that one module with other values gets another.
+TEST(PipelineKeyTest, DifferentModulesGetDifferentPipelines) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Device& device = rt->accelerator(0)->device();
+  std::string other(kScaleGlsl);
+  other.replace(other.find("*= factor"), 9, "+= factor");
+  ASSERT_OK_AND_ASSIGN(auto a, Kernel::FromGlsl("same-name", kScaleGlsl));
+  ASSERT_OK_AND_ASSIGN(auto b, Kernel::FromGlsl("same-name", other));
+  ASSERT_OK_AND_ASSIGN(const Pipeline* pa, device.GetPipeline(a));
+  ASSERT_OK_AND_ASSIGN(const Pipeline* pb, device.GetPipeline(b));
+  EXPECT_NE(pa, pb);
+  EXPECT_EQ(pa->kernel, a);
+  EXPECT_EQ(pb->kernel, b);
+  EXPECT_NE(a->sha256(), b->sha256());
+}
+
+}  // namespace
+}  // namespace causeway
