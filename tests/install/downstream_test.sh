@@ -4,17 +4,19 @@
 # first step that fails, saying which. Registered with ctest as
 # install.downstream_find_package (tests/install/CMakeLists.txt).
 #
-# usage: downstream_test.sh CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH]]
+# usage: downstream_test.sh CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH [EXAMPLES_SRC]]]
 #   CONFIG may be empty; PREFIX_PATH (colon-separated) is where the build tree
-#   found its own dependencies, if not in the system paths.
+#   found its own dependencies, if not in the system paths. EXAMPLES_SRC
+#   (examples/cpp) is built and run against the same prefix, each program
+#   checking its own result.
 # Set CAUSEWAY_KEEP_INSTALL_TEST=1 to keep the temporary directory.
 set -euo pipefail
 
 if [[ $# -lt 5 ]]; then
-  echo "usage: $0 CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH]]" >&2
+  echo "usage: $0 CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH [EXAMPLES_SRC]]]" >&2
   exit 2
 fi
-cmake=$1 build_dir=$2 config=$3 downstream_src=$4 work_dir=$5 cxx=${6:-} parent_prefix_path=${7:-}
+cmake=$1 build_dir=$2 config=$3 downstream_src=$4 work_dir=$5 cxx=${6:-} parent_prefix_path=${7:-} examples_src=${8:-}
 
 step="setup"
 trap 'rc=$?; if [[ $rc -ne 0 ]]; then echo "FAILED (exit $rc) at step: $step" >&2; fi' EXIT
@@ -47,39 +49,57 @@ for name in CausewayConfig.cmake CausewayConfigVersion.cmake CausewayTargets.cma
   [[ -n "$(find "$prefix" -name "$name" -print -quit)" ]] || { echo "no $name under $prefix" >&2; exit 1; }
 done
 
-step="configure the downstream project"
-echo "== $step"
-generator_args=()
-if command -v ninja >/dev/null 2>&1; then generator_args=(-G Ninja); fi
-configure_args=(-S "$downstream_src" -B "$tmp/build" "${generator_args[@]}"
-                "-DCMAKE_PREFIX_PATH=$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
-if [[ -n "$config" ]]; then configure_args+=("-DCMAKE_BUILD_TYPE=$config"); fi
-if [[ -n "$cxx" ]]; then configure_args+=("-DCMAKE_CXX_COMPILER=$cxx"); fi
-# The dependencies (absl, glslang, ...) are searched for where the build tree
-# found them; the cache variable (the prefix) is searched before this.
-CMAKE_PREFIX_PATH="$parent_prefix_path${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}" \
-  "$cmake" "${configure_args[@]}"
+# configure_and_build NAME SRC: configures and builds the project SRC against
+# the prefix alone, in $tmp/NAME.
+configure_and_build() {
+  local name=$1 src=$2
+  step="configure the $name project"
+  echo "== $step"
+  local generator_args=()
+  if command -v ninja >/dev/null 2>&1; then generator_args=(-G Ninja); fi
+  local configure_args=(-S "$src" -B "$tmp/$name" "${generator_args[@]}"
+                        "-DCMAKE_PREFIX_PATH=$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+  if [[ -n "$config" ]]; then configure_args+=("-DCMAKE_BUILD_TYPE=$config"); fi
+  if [[ -n "$cxx" ]]; then configure_args+=("-DCMAKE_CXX_COMPILER=$cxx"); fi
+  # The dependencies (absl, glslang, ...) are searched for where the build tree
+  # found them; the cache variable (the prefix) is searched before this.
+  CMAKE_PREFIX_PATH="$parent_prefix_path${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}" \
+    "$cmake" "${configure_args[@]}"
 
-step="check that Causeway came from the temporary prefix"
-causeway_dir=$(sed -n 's/^Causeway_DIR:[A-Z]*=//p' "$tmp/build/CMakeCache.txt")
-echo "Causeway_DIR=$causeway_dir"
-case "$causeway_dir" in
-  "$prefix"/*) ;;
-  *) echo "found Causeway at '$causeway_dir', not under $prefix" >&2; exit 1 ;;
-esac
+  step="check that the $name project found Causeway in the temporary prefix"
+  local causeway_dir
+  causeway_dir=$(sed -n 's/^Causeway_DIR:[A-Z]*=//p' "$tmp/$name/CMakeCache.txt")
+  echo "Causeway_DIR=$causeway_dir"
+  case "$causeway_dir" in
+    "$prefix"/*) ;;
+    *) echo "found Causeway at '$causeway_dir', not under $prefix" >&2; exit 1 ;;
+  esac
 
-step="build the downstream project"
-echo "== $step"
-"$cmake" --build "$tmp/build" "${config_args[@]}"
+  step="build the $name project"
+  echo "== $step"
+  "$cmake" --build "$tmp/$name" "${config_args[@]}"
+}
+
+# run_programs NAME PROGRAM...: runs each built program of project NAME.
+run_programs() {
+  local name=$1 program exe
+  shift
+  for program in "$@"; do
+    step="run $program of the $name project"
+    echo "== $step"
+    exe=$(find "$tmp/$name" -type f -name "$program" -perm -u+x -print -quit)
+    [[ -n "$exe" ]] || { echo "no $program executable under $tmp/$name" >&2; exit 1; }
+    (cd "$tmp" && "$exe")
+  done
+}
 
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export CAUSEWAY_CACHE_DIR=$tmp/cache  # keep the pipeline cache out of $HOME
-for program in downstream downstream_transport; do
-  step="run the downstream program $program"
-  echo "== $step"
-  exe=$(find "$tmp/build" -type f -name "$program" -perm -u+x -print -quit)
-  [[ -n "$exe" ]] || { echo "no $program executable under $tmp/build" >&2; exit 1; }
-  "$exe"
-done
+configure_and_build downstream "$downstream_src"
+run_programs downstream downstream downstream_transport
+if [[ -n "$examples_src" ]]; then
+  configure_and_build examples "$examples_src"
+  run_programs examples local_custom_kernel remote_two_islands traced_run
+fi
 step="done"
 echo "== passed"
