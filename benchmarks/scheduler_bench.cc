@@ -37,7 +37,12 @@
 //              aggregate programs per second (the total work of a sample is the
 //              same for every client count), and the process's CPU time and
 //              context switches (all threads, lavapipe's included) per program,
-//              averaged over the samples.
+//              averaged over the samples. Each client keeps 5 runs in flight
+//              and its executable 2 (runs_in_flight), so N clients have N
+//              times one client's window: the baseline of N clients is one
+//              client given their window together (5N runs, on an island of
+//              2N runs in flight per executable), in the same alternation;
+//              the plain 1-client figure stays beside it.
 //   shares:    the weighted policy's precision: four clients of weights
 //              1:2:4:8 on one accelerator, each fed back to back by a thread
 //              of its own with one-call programs of a rows x 128 by 128 x 128
@@ -109,6 +114,7 @@ constexpr uint32_t kStageFloats = 64;   // per pipeline stage
 constexpr int kMaxAccelerators = 8;
 constexpr uint32_t kTenantFloats = 128;  // per tenant program (64 per accelerator)
 constexpr int kTenantClients[] = {1, 2, 4, 8};
+constexpr int kTenantWindow = 5;  // runs a tenant keeps in flight
 
 double Seconds(int64_t t0) { return (Tracer::NowNs() - t0) / 1e9; }
 
@@ -515,7 +521,9 @@ void PipelineTable(Runtime& rt, int runs, bench::Report& report) {
 
 class Tenant {
  public:
-  Tenant(Island& island, int id) : id_(id) {
+  // Keeps up to `window` runs in flight (the island's runs_in_flight bounds
+  // how many of them have instances at once).
+  Tenant(Island& island, int id, int window = kTenantWindow) : id_(id), window_(window) {
     client_ = Must(island.Connect(absl::StrCat("tenant", id)), "Connect");
     auto mesh = Must(client_->AllocateMesh({static_cast<int>(island.runtime().size())}), "AllocateMesh");
     Shape shard = {kTenantFloats / mesh->size()};
@@ -540,7 +548,7 @@ class Tenant {
     std::deque<Execution> in_flight;
     for (int p = 0; p < count; ++p) {
       in_flight.push_back(Must(client_->Execute(exe_, {x_}), "Execute"));
-      if (in_flight.size() > 4) {
+      if (static_cast<int>(in_flight.size()) >= window_) {
         CHECK_OK(in_flight.front().Await());
         in_flight.pop_front();
       }
@@ -551,6 +559,7 @@ class Tenant {
 
  private:
   int id_;
+  int window_;
   std::shared_ptr<Client> client_;
   std::shared_ptr<Executable> exe_;
   ArrayRef x_;
@@ -588,43 +597,62 @@ double RunTenants(std::vector<std::unique_ptr<Tenant>>& tenants, int total, Usag
 void TenancyTable(int runs, bench::Report& report) {
   constexpr int kTenancyAccelerators = 2;
   auto rt = MakeRuntime(kTenancyAccelerators);
-  auto island = Must(Island::Create(rt.get(), {}), "Island::Create");
+  IslandOptions options;
+  auto island = Must(Island::Create(rt.get(), options), "Island::Create");
   constexpr int kUnit = 8;  // programs per sample: a multiple of every client count
-  std::vector<std::vector<std::unique_ptr<Tenant>>> groups;
+  // groups[g]: kTenantClients[g] clients on `island`; wide[g]: one client
+  // with their total window, on an island giving one executable as many
+  // runs in flight as they have together (N clients have N executables).
+  std::vector<std::vector<std::unique_ptr<Tenant>>> groups, wide;
+  std::vector<std::unique_ptr<Island>> wide_islands;
   int id = 0, total = 0;
   for (int c : kTenantClients) {
     groups.emplace_back();
     for (int i = 0; i < c; ++i) groups.back().push_back(std::make_unique<Tenant>(*island, id++));
     RunTenants(groups.back(), 64);  // warm-up
     if (c == 1) total = SampleSize(RunTenants(groups.back(), 128), kUnit);
+    wide.emplace_back();
+    if (c == 1) continue;
+    IslandOptions wide_options;
+    wide_options.name = absl::StrCat("wide", c);
+    wide_options.runs_in_flight = options.runs_in_flight * c;
+    wide_islands.push_back(Must(Island::Create(rt.get(), wide_options), "Island::Create"));
+    wide.back().push_back(std::make_unique<Tenant>(*wide_islands.back(), id++, kTenantWindow * c));
+    RunTenants(wide.back(), 64);
   }
   std::printf(
       "\n3. tenancy: clients on their own threads, each submitting programs of 3 chained scales on a "
-      "mesh of %d accelerators;\n   %d programs per sample in all; median of %d samples; cpu and "
-      "context switches of the whole process\n",
-      kTenancyAccelerators, total, runs);
+      "mesh of %d accelerators\n   (%d runs in flight per client, %d per executable); 1 client, same window: "
+      "one client with N clients' windows together;\n   %d programs per sample in all; median of %d samples; "
+      "cpu and context switches of the whole process\n",
+      kTenancyAccelerators, kTenantWindow, options.runs_in_flight, total, runs);
   std::vector<Usage> usage(groups.size());
   std::vector<std::function<double()>> cases;
   for (size_t g = 0; g < groups.size(); ++g) {
     cases.push_back([&, g] { return RunTenants(groups[g], total, &usage[g]); });
   }
+  for (size_t g = 1; g < wide.size(); ++g) cases.push_back([&, g] { return RunTenants(wide[g], total); });
   auto samples = Alternate(runs, cases);
-  std::printf("%8s %12s %12s %14s %14s\n", "clients", "programs/s", "vs 1 client", "cpu us/program",
-              "switches/prog");
+  std::printf("%8s %12s %12s %14s %16s %14s %14s\n", "clients", "programs/s", "vs 1 client", "1 client, same",
+              "vs 1, same window", "cpu us/program", "switches/prog");
   double one = Median(samples[0]);
   for (size_t g = 0; g < groups.size(); ++g) {
-    double m = Median(samples[g]);
-    double programs = static_cast<double>(total) * runs;
-    std::printf("%8d %12.0f %12.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one,
-                usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
-    report.Add("tenancy", absl::StrCat(kTenantClients[g], kTenantClients[g] == 1 ? " client" : " clients"),
-               "programs/s")
+    const double m = Median(samples[g]);
+    const double same = g == 0 ? one : Median(samples[groups.size() + g - 1]);
+    const double programs = static_cast<double>(total) * runs;
+    std::printf("%8d %12.0f %12.2f %14.0f %16.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one, same,
+                m / same, usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
+    report
+        .Add("tenancy", absl::StrCat(kTenantClients[g], kTenantClients[g] == 1 ? " client" : " clients"),
+             "programs/s")
         .Value(m)
-        .Baseline("1 client", one)
+        .Baseline("1 client, same window", same)
         .Samples(runs)
         .Param("clients", kTenantClients[g])
         .Param("accelerators", kTenancyAccelerators)
         .Param("programs_per_sample", total)
+        .Param("window", kTenantWindow * kTenantClients[g])
+        .Extra("one_client_programs_per_s", one)
         .Extra("cpu_us_per_program", usage[g].cpu_seconds / programs * 1e6)
         .Extra("switches_per_program", usage[g].switches / programs);
   }
