@@ -603,8 +603,9 @@ void TenancyTable(int runs, bench::Report& report) {
   // groups[g]: kTenantClients[g] clients on `island`; wide[g]: one client
   // with their total window, on an island giving one executable as many
   // runs in flight as they have together (N clients have N executables).
-  std::vector<std::vector<std::unique_ptr<Tenant>>> groups, wide;
+  // The islands outlive their tenants (declared first, destroyed last).
   std::vector<std::unique_ptr<Island>> wide_islands;
+  std::vector<std::vector<std::unique_ptr<Tenant>>> groups, wide;
   int id = 0, total = 0;
   for (int c : kTenantClients) {
     groups.emplace_back();
