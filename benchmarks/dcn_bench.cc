@@ -1,33 +1,36 @@
 // Transfer throughput between two processes over the DCN transport (an
-// authenticated connection carrying data frames) against a plain TCP socket
-// copy of the same bytes on loopback, in the same run.
+// authenticated connection carrying data frames) against plain TCP on
+// loopback, in the same run.
 //
-// The benchmark forks a receiver process; both cases connect it over
-// loopback, each on its own connection made once:
-//
-//   tcp:       the baseline. The sender write()s an 8-byte size and then the
-//              whole buffer (the kernel takes it in as large pieces as it
-//              can); the receiver recv()s it into its buffer and answers
-//              with one byte.
 //   causeway:  a connection that passed the handshake with a shared secret
-//              (HMAC-SHA256 both ways). The sender sends a control frame
-//              with the size and the buffer as data frames of up to
-//              kChunkBytes (each header and chunk in one gather write, no
-//              copy); the receiver checks each frame header, reads the
-//              payload straight into its buffer, and answers with a
-//              heartbeat frame.
+//              (HMAC-SHA256 both ways), as the transport makes it (Nagle
+//              off, the kernel's socket buffers). For each transfer the
+//              sender sends a control frame with the size and the buffer as
+//              data frames of up to kChunkBytes (each header and chunk in
+//              one gather write, no copy); the receiver checks each frame
+//              header, reads the payload straight into its buffer, and
+//              answers with a heartbeat frame. Transfers are streamed with
+//              kDepth unanswered at most (the sender waits for transfer i's
+//              answer only before sending transfer i + kDepth), and also
+//              run request/reply (depth 1).
+//   tcp:       the baselines of tcp_baseline.h, in a receiver process of
+//              their own: streamed with the same depth and sends of the same
+//              frame size (the ratio's baseline), the one-way ceiling (no
+//              answers), and request/reply (depth 1, compared with
+//              causeway's request/reply).
 //
-// A sample is one untimed transfer, then transfers repeated until at least
-// sample_bytes have moved; its figure is bytes / seconds per transfer (from
-// the first byte sent to the answer received), in GB/s (1e9 B/s). The cases
+// Both senders rotate through the same distinct source buffers (64 MiB in
+// all), so no transfer reads a cache-hot source. A sample is one untimed
+// transfer, then transfers until at least sample_bytes have moved, from the
+// first byte sent to the last answer received, in GB/s (1e9 B/s). The cases
 // alternate sample by sample; medians of `--runs` samples are printed with
-// causeway's as a fraction of tcp's. Each size is checked once: the receiver
-// sends back a checksum of what it got, which must match the sender's.
+// causeway's as a fraction of tcp's. Each size is checked once: the
+// receivers send back a checksum of what they got, which must match the
+// sender's.
 //
 //   causeway_dcn_bench [--runs=9] [--sizes=1,4,16,64,256] [--quick] [--json=FILE]   (sizes in MiB)
 // --quick: 1 sample of at least 32 MiB moved, sizes 1 and 4 MiB (seconds,
 // for tests); --json: the figures as a list of results (bench_report.h).
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -53,7 +56,9 @@
 #include "absl/time/time.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "benchmarks/tcp_baseline.h"
 #include "transport/auth.h"
+#include "transport/connection.h"
 #include "transport/frame.h"
 #include "transport/handshake.h"
 #include "transport/socket.h"
@@ -65,7 +70,8 @@ using transport::FrameType;
 using transport::Socket;
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint64_t kChunkBytes = 64 * kMiB;     // data frame payload at most
+constexpr uint64_t kChunkBytes = transport::kDataChunkBytes;  // data frame payload at most, as islands send
+constexpr int kDepth = 3;            // transfers unanswered at most when streamed, as island transfers keep
 double sample_bytes = 256.0 * kMiB;  // at least this much a sample (--quick: 32 MiB)
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
@@ -73,73 +79,32 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-uint64_t Checksum(const uint8_t* p, uint64_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t i = 0; i < n; i += 4096) h = (h ^ p[i]) * 1099511628211ull;  // one byte a page
-  if (n > 0) h = (h ^ p[n - 1]) * 1099511628211ull;
-  return h;
-}
-
 absl::Time Deadline() { return absl::Now() + kTimeout; }
 
-// Plain sockets for the baseline: whole-buffer send and recv loops.
-absl::Status SendAll(int fd, const void* data, uint64_t n) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
-    p += r;
-    n -= static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RecvAll(int fd, void* data, uint64_t n) {
-  uint8_t* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    ssize_t r = recv(fd, p, n, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return absl::UnavailableError(r == 0 ? "peer closed" : std::strerror(errno));
-    p += r;
-    n -= static_cast<uint64_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-// A blocking socket for the baseline (Socket is non-blocking, which would
-// make the plain loops spin).
-void MakeBlocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-}
-
-// The receiver process: serves both connections until the sender closes them.
+// The receiver process: serves the causeway connection, `count` transfers
+// at a time as the sender announces them on the plain control connection,
+// until it reads 'q'.
 [[noreturn]] void Receive(const transport::SocketAddress& address, const transport::Secret& secret,
                           uint64_t largest) {
   std::vector<uint8_t> buffer(largest, 1);  // touched, as a destination buffer would be
-  Socket tcp = Must(Socket::Connect(address, Deadline()), "receiver: connect (tcp)");
+  Socket control = Must(Socket::Connect(address, Deadline()), "receiver: connect (control)");
   Socket dcn = Must(Socket::Connect(address, Deadline()), "receiver: connect (causeway)");
   transport::ClientHandshakeOptions options;
   options.secret = secret;
   options.name = "receiver";
   Must(transport::ClientHandshake(dcn, options), "receiver: handshake");
-  MakeBlocking(tcp.fd());
-  // The sender names the connection of each transfer with one byte on tcp:
-  // 't' (tcp), 'c' (causeway), or 'q'.
   for (;;) {
     char which = 0;
-    if (!RecvAll(tcp.fd(), &which, 1).ok() || which == 'q') std::_Exit(0);
-    uint64_t size = 0;
-    if (which == 't') {
-      CheckOk(RecvAll(tcp.fd(), &size, 8), "receiver: size");
-      if (size > largest) Die("receiver: size over the largest");
-      CheckOk(RecvAll(tcp.fd(), buffer.data(), size), "receiver: bytes");
-    } else {
-      transport::Frame control =
-          Must(transport::ReadFrame(dcn, true, transport::kMaxControlPayload, Deadline()), "receiver: control");
-      if (control.type != FrameType::kControl || control.payload.size() != 8) Die("receiver: expected the size");
-      std::memcpy(&size, control.payload.data(), 8);
+    if (!control.ReadExact(&which, 1, absl::InfiniteFuture()).ok() || which == 'q') std::_Exit(0);
+    uint64_t count = 0;
+    CheckOk(control.ReadExact(&count, 8, Deadline()), "receiver: count");
+    for (uint64_t i = 0; i < count; ++i) {
+      transport::Frame size_frame = Must(
+          transport::ReadFrame(dcn, true, transport::kMaxControlPayload, Deadline()), "receiver: control");
+      if (size_frame.type != FrameType::kControl || size_frame.payload.size() != 8)
+        Die("receiver: expected the size");
+      uint64_t size = 0;
+      std::memcpy(&size, size_frame.payload.data(), 8);
       if (size > largest) Die("receiver: size over the largest");
       for (uint64_t done = 0; done < size;) {
         transport::FrameHeader h =
@@ -148,11 +113,7 @@ void MakeBlocking(int fd) {
         CheckOk(dcn.ReadExact(buffer.data() + done, h.length, Deadline()), "receiver: data");
         done += h.length;
       }
-    }
-    const uint64_t sum = Checksum(buffer.data(), size);
-    if (which == 't') {
-      CheckOk(SendAll(tcp.fd(), &sum, 8), "receiver: answer");
-    } else {
+      const uint64_t sum = PageChecksum(buffer.data(), size);
       absl::Span<const uint8_t> piece(reinterpret_cast<const uint8_t*>(&sum), 8);
       CheckOk(transport::WriteFrame(dcn, FrameType::kHeartbeat, {piece}, Deadline()), "receiver: answer");
     }
@@ -161,49 +122,66 @@ void MakeBlocking(int fd) {
 
 class Sender {
  public:
-  Sender(Socket tcp, Socket dcn) : tcp_(std::move(tcp)), dcn_(std::move(dcn)) { MakeBlocking(tcp_.fd()); }
+  Sender(Socket control, Socket dcn) : control_(std::move(control)), dcn_(std::move(dcn)) {}
 
-  // One transfer of `n` bytes of `data`; the receiver's checksum.
-  uint64_t Tcp(const uint8_t* data, uint64_t n) {
-    const char which = 't';
-    CheckOk(SendAll(tcp_.fd(), &which, 1), "tcp: which");
-    CheckOk(SendAll(tcp_.fd(), &n, 8), "tcp: size");
-    CheckOk(SendAll(tcp_.fd(), data, n), "tcp: bytes");
-    uint64_t sum = 0;
-    CheckOk(RecvAll(tcp_.fd(), &sum, 8), "tcp: answer");
-    return sum;
+  // `transfers` transfers of the next buffers of `sources`, at most `depth`
+  // unanswered.
+  void Causeway(SourceBuffers& sources, int transfers, int depth) {
+    Announce(transfers);
+    int answered = 0;
+    for (int i = 0; i < transfers; ++i) {
+      if (i - answered >= depth) Answer(), ++answered;
+      Send(sources.Next());
+    }
+    for (; answered < transfers; ++answered) Answer();
   }
-  uint64_t Causeway(const uint8_t* data, uint64_t n) {
-    const char which = 'c';
-    CheckOk(SendAll(tcp_.fd(), &which, 1), "causeway: which");
+  // Sends `bytes` once and aborts unless the receiver got exactly them (by
+  // checksum).
+  void Check(const std::vector<uint8_t>& bytes) {
+    Announce(1);
+    Send(bytes);
+    if (Answer() != PageChecksum(bytes.data(), bytes.size())) {
+      Die(absl::StrCat("the receiver got other bytes than were sent (", bytes.size(), " bytes)"));
+    }
+  }
+  // GB/s of Causeway(sources, transfers, depth) after one untimed transfer.
+  double CausewayRate(SourceBuffers& sources, int transfers, int depth) {
+    Causeway(sources, 1, 1);
+    const double t0 = NowSeconds();
+    Causeway(sources, transfers, depth);
+    return static_cast<double>(sources.size()) * transfers / (NowSeconds() - t0) / 1e9;
+  }
+  void Quit() {
+    const uint8_t quit[1] = {'q'};
+    (void)control_.WriteAll({absl::Span<const uint8_t>(quit)}, Deadline());
+  }
+
+ private:
+  void Announce(int transfers) {
+    uint8_t command[9] = {'c'};
+    const uint64_t count = static_cast<uint64_t>(transfers);
+    std::memcpy(command + 1, &count, 8);
+    CheckOk(control_.WriteAll({absl::Span<const uint8_t>(command)}, Deadline()), "causeway: command");
+  }
+  void Send(const std::vector<uint8_t>& data) {
+    const uint64_t n = data.size();
     absl::Span<const uint8_t> size(reinterpret_cast<const uint8_t*>(&n), 8);
     CheckOk(transport::WriteFrame(dcn_, FrameType::kControl, {size}, Deadline()), "causeway: size");
     for (uint64_t done = 0; done < n; done += kChunkBytes) {
-      absl::Span<const uint8_t> chunk(data + done, std::min(kChunkBytes, n - done));
+      absl::Span<const uint8_t> chunk(data.data() + done, std::min(kChunkBytes, n - done));
       CheckOk(transport::WriteFrame(dcn_, FrameType::kData, {chunk}, Deadline()), "causeway: data");
     }
+  }
+  uint64_t Answer() {
     transport::Frame answer = Must(transport::ReadFrame(dcn_, true, 64, Deadline()), "causeway: answer");
     if (answer.type != FrameType::kHeartbeat || answer.payload.size() != 8) Die("causeway: bad answer");
     uint64_t sum = 0;
     std::memcpy(&sum, answer.payload.data(), 8);
     return sum;
   }
-  void Quit() {
-    const char which = 'q';
-    (void)SendAll(tcp_.fd(), &which, 1);
-  }
 
- private:
-  Socket tcp_, dcn_;
+  Socket control_, dcn_;
 };
-
-double Bandwidth(uint64_t bytes, const std::function<void()>& transfer) {
-  transfer();
-  const int reps = static_cast<int>(std::max<double>(1, sample_bytes / bytes));
-  double t0 = NowSeconds();
-  for (int i = 0; i < reps; ++i) transfer();
-  return bytes * reps / (NowSeconds() - t0) / 1e9;
-}
 
 std::vector<uint64_t> ParseSizes(absl::string_view text) {
   std::vector<uint64_t> out;
@@ -255,39 +233,59 @@ int Main(int argc, char** argv) {
     listener.Close();
     Receive(address, secret, largest);
   }
-  Socket tcp = Must(listener.Accept(Deadline()), "accept (tcp)");
+  Socket control = Must(listener.Accept(Deadline()), "accept (control)");
   Socket dcn = Must(listener.Accept(Deadline()), "accept (causeway)");
   transport::ServerHandshakeOptions options;
   options.secret = secret;
   options.name = "sender";
   Must(transport::ServerHandshake(dcn, options), "handshake");
-  Sender sender(std::move(tcp), std::move(dcn));
+  Sender sender(std::move(control), std::move(dcn));
+  auto tcp = TcpBaseline::Start(largest);
 
-  std::vector<uint8_t> data(largest);
-  for (uint64_t i = 0; i < largest; ++i) data[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
-  std::printf("transfer between two processes over loopback; GB/s (1e9 B/s), median of %d samples; "
-              "causeway = authenticated connection, data frames of up to %s\n",
-              runs, "64 MiB");
-  std::printf("%8s %10s %10s %9s\n", "size", "tcp", "causeway", "/tcp");
+  std::printf(
+      "transfer between two processes over loopback; GB/s (1e9 B/s), median of %d samples;\n"
+      "  causeway: authenticated connection, data frames of up to %llu MiB; tcp: plain TCP, Nagle off, sends "
+      "of\n"
+      "  the same size; streamed: %d transfers unanswered at most; one-way: no answers (the ceiling);\n"
+      "  req/reply: each transfer waits for its answer\n",
+      runs, static_cast<unsigned long long>(kChunkBytes / kMiB), kDepth);
+  std::printf("%9s | %10s %10s %7s %10s | %10s %10s %7s\n", "", "streamed", "", "", "tcp", "req/reply", "",
+              "");
+  std::printf("%9s | %10s %10s %7s %10s | %10s %10s %7s\n", "size", "tcp", "causeway", "/tcp", "one-way",
+              "tcp", "causeway", "/tcp");
   Report report("dcn");
   for (uint64_t size : sizes) {
-    const uint64_t want = Checksum(data.data(), size);
-    if (sender.Tcp(data.data(), size) != want || sender.Causeway(data.data(), size) != want) {
-      Die(absl::StrCat("the receiver got other bytes than were sent (", size, " bytes)"));
-    }
+    SourceBuffers sources(size, SourceBuffers::CountFor(size));
+    tcp->Check(sources.Next());
+    sender.Check(sources.Next());
+    const int transfers = static_cast<int>(std::max<double>(1, sample_bytes / size));
     std::vector<std::function<double()>> cases = {
-        [&] { return Bandwidth(size, [&] { sender.Tcp(data.data(), size); }); },
-        [&] { return Bandwidth(size, [&] { sender.Causeway(data.data(), size); }); },
+        [&] { return tcp->Streamed(sources, transfers, kDepth, kChunkBytes); },
+        [&] { return sender.CausewayRate(sources, transfers, kDepth); },
+        [&] { return tcp->OneWay(sources, transfers, kChunkBytes); },
+        [&] { return tcp->RequestReply(sources, transfers, kChunkBytes); },
+        [&] { return sender.CausewayRate(sources, transfers, 1); },
     };
     auto samples = Alternate(runs, cases);
-    const double t = Median(samples[0]), c = Median(samples[1]);
-    std::printf("%5llu MiB %10.2f %10.2f %9.2f\n", static_cast<unsigned long long>(size / kMiB), t, c, c / t);
+    const double t = Median(samples[0]), c = Median(samples[1]), one_way = Median(samples[2]),
+                 t1 = Median(samples[3]), c1 = Median(samples[4]);
+    std::printf("%5llu MiB | %10.2f %10.2f %7.2f %10.2f | %10.2f %10.2f %7.2f\n",
+                static_cast<unsigned long long>(size / kMiB), t, c, c / t, one_way, t1, c1, c1 / t1);
     report.Add("transfer", absl::StrCat("transfer ", size / kMiB, " MiB"), "GB/s")
         .Value(c)
-        .Baseline("TCP", t)
+        .Baseline("streamed TCP", t)
         .Samples(runs)
         .Param("bytes", static_cast<double>(size))
-        .Param("frame_bytes", static_cast<double>(kChunkBytes));
+        .Param("frame_bytes", static_cast<double>(kChunkBytes))
+        .Param("depth", kDepth)
+        .Extra("tcp_one_way_gbps", one_way);
+    report.Add("request/reply", absl::StrCat("request/reply ", size / kMiB, " MiB"), "GB/s")
+        .Value(c1)
+        .Baseline("TCP request/reply", t1)
+        .Samples(runs)
+        .Param("bytes", static_cast<double>(size))
+        .Param("frame_bytes", static_cast<double>(kChunkBytes))
+        .Param("depth", 1);
     std::fflush(stdout);
   }
   sender.Quit();

@@ -1,17 +1,20 @@
 // Island processes end to end: how fast a value crosses between two island
-// servers (DCN), against a plain TCP copy of the same bytes between two
-// processes in the same run; and a program over two islands against the
-// same program on one island with as many accelerators.
+// servers (DCN), against plain TCP between two processes in the same run;
+// and a program over two islands against the same program on one island
+// with as many accelerators.
 //
 //   transfer:  a program whose part on island a sends an f32 array of S bytes
 //              (one accelerator, replicated) to island b, which receives it
 //              into device memory (a copy from staging) and copies it once
 //              more (a reshard, the cheapest node that reads it). Runs are
-//              queued back to back; a sample is the steady-state bytes per
-//              second over `--runs-per-sample` runs (first run untimed).
-//              Baseline: a forked process that recv()s S bytes per transfer
-//              into its buffer and answers with one byte; the sender
-//              write()s them (the same loopback, the same two cores).
+//              queued back to back, kTransferInFlight + 1 unfinished at
+//              most; a sample is the steady-state bytes per second over
+//              runs of 512 MiB in all (first run untimed). Baselines
+//              (tcp_baseline.h, the same loopback and the same two cores):
+//              streamed TCP with as many transfers unanswered and sends of
+//              the transport's data chunk size (the ratio's baseline), the
+//              one-way ceiling (no answers), and request/reply (each
+//              transfer waits for its answer; informative only).
 //   program:   a pipeline of matmul stages, two stages on each island's two
 //              accelerators (two islands, activations over DCN) against the
 //              same program on one island process of four accelerators;
@@ -26,11 +29,7 @@
 // sample (seconds, for tests); --json: the figures as a list of results
 // (bench_report.h). The islands are started from the causeway binary this
 // was built with, or $CAUSEWAY_CLI (as `causeway bench` sets it).
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -48,9 +47,11 @@
 #include "absl/time/clock.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "benchmarks/tcp_baseline.h"
 #include "runtime/reference.h"
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
+#include "transport/connection.h"
 #include "transport/controller.h"
 #include "transport/island_process.h"
 
@@ -62,88 +63,6 @@ using transport::IslandProcess;
 using transport::RemoteArray;
 using transport::RemoteMesh;
 using transport::RemoteRun;
-
-// --- plain TCP baseline ---
-
-struct TcpPeer {
-  int fd = -1;
-  pid_t pid = -1;
-  ~TcpPeer() {
-    if (fd >= 0) close(fd);
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-bool WriteAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-    if (w <= 0) return false;
-    c += w;
-    n -= w;
-  }
-  return true;
-}
-bool ReadAll(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = recv(fd, c, n, 0);
-    if (r <= 0) return false;
-    c += r;
-    n -= r;
-  }
-  return true;
-}
-
-// A forked receiver: reads an 8-byte size, then that many bytes, answers 1.
-std::unique_ptr<TcpPeer> StartTcpPeer() {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  listen(listener, 1);
-  auto peer = std::make_unique<TcpPeer>();
-  peer->pid = fork();
-  if (peer->pid == 0) {
-    int c = accept(listener, nullptr, nullptr);
-    std::vector<char> buffer;
-    while (true) {
-      uint64_t size = 0;
-      if (!ReadAll(c, &size, 8)) _exit(0);
-      if (buffer.size() < size) buffer.resize(size);
-      if (!ReadAll(c, buffer.data(), size)) _exit(0);
-      char ack = 1;
-      if (!WriteAll(c, &ack, 1)) _exit(0);
-    }
-  }
-  close(listener);
-  peer->fd = socket(AF_INET, SOCK_STREAM, 0);
-  CheckOk(connect(peer->fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0
-              ? absl::OkStatus()
-              : absl::UnavailableError("connect"),
-          "tcp connect");
-  return peer;
-}
-
-double TcpSample(TcpPeer& peer, const std::vector<char>& bytes, int transfers) {
-  auto once = [&] {
-    uint64_t size = bytes.size();
-    char ack;
-    if (!WriteAll(peer.fd, &size, 8) || !WriteAll(peer.fd, bytes.data(), size) || !ReadAll(peer.fd, &ack, 1)) {
-      CheckOk(absl::UnavailableError("tcp transfer failed"), "tcp");
-    }
-  };
-  once();
-  absl::Time start = absl::Now();
-  for (int i = 0; i < transfers; ++i) once();
-  return static_cast<double>(bytes.size()) * transfers / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
-}
 
 // --- islands ---
 
@@ -210,13 +129,27 @@ double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& pr
   return runs / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+// Runs queued at once in a transfer sample: Stream keeps kTransferInFlight
+// pending besides the one just submitted, so up to kTransferInFlight + 1 are
+// unfinished while the controller waits; the streamed TCP baseline keeps as
+// many unanswered.
+constexpr int kTransferInFlight = 2;
+constexpr int kTransferDepth = kTransferInFlight + 1;
+
 void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& report) {
   auto a = Island("a", 1), b = Island("b", 1);
   auto c = Must(Controller::Connect({a->address(), b->address()}), "connect");
   RemoteMesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
-  auto tcp = StartTcpPeer();
-  std::printf("transfer between two island processes vs plain TCP (GB/s, medians of %d)\n", samples);
-  std::printf("%10s %10s %10s %8s\n", "size", "tcp", "causeway", "ratio");
+  const int largest = *std::max_element(sizes_mib.begin(), sizes_mib.end());
+  auto tcp = TcpBaseline::Start(uint64_t{static_cast<uint64_t>(largest)} << 20);
+  std::printf(
+      "transfer between two island processes vs plain TCP between two processes (GB/s, medians of %d);\n"
+      "  tcp: streamed, %d transfers unanswered at most (as causeway's runs in flight), sends of up to %llu "
+      "MiB;\n"
+      "  one-way: no answers (the ceiling); req/reply: each transfer waits for its answer (informative)\n",
+      samples, kTransferDepth, static_cast<unsigned long long>(transport::kDataChunkBytes >> 20));
+  std::printf("%10s %10s %10s %10s %10s %8s %10s\n", "size", "tcp", "one-way", "req/reply", "causeway",
+              "/tcp", "/one-way");
   for (int mib : sizes_mib) {
     const uint64_t bytes = uint64_t{static_cast<uint64_t>(mib)} << 20;
     const int64_t elements = static_cast<int64_t>(bytes / 4);
@@ -233,20 +166,31 @@ void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& repor
       if (std::memcmp(got.data(), host.data(), bytes) != 0) CheckOk(absl::DataLossError("bytes differ"), "check");
       (void)c->Release(run.outputs[0]);
     }
-    std::vector<char> tcp_bytes(bytes, 1);
+    SourceBuffers sources(bytes, SourceBuffers::CountFor(bytes));
+    tcp->Check(sources.Next());
+    const uint64_t frame = transport::kDataChunkBytes;
     const int transfers = std::max(2, static_cast<int>(transfer_sample_bytes / bytes));
-    auto figures = Alternate(samples, {
-        [&] { return TcpSample(*tcp, tcp_bytes, transfers); },
-        [&] { return Stream(*c, program, {x}, transfers, 2) * bytes / 1e9; },
-    });
-    const double t = Median(figures[0]), cw = Median(figures[1]);
-    std::printf("%7d MiB %10.2f %10.2f %8.2f\n", mib, t, cw, cw / t);
+    auto figures = Alternate(
+        samples, {
+                     [&] { return tcp->Streamed(sources, transfers, kTransferDepth, frame); },
+                     [&] { return tcp->OneWay(sources, transfers, frame); },
+                     [&] { return tcp->RequestReply(sources, transfers, frame); },
+                     [&] { return Stream(*c, program, {x}, transfers, kTransferInFlight) * bytes / 1e9; },
+                 });
+    const double t = Median(figures[0]), one_way = Median(figures[1]), rr = Median(figures[2]),
+                 cw = Median(figures[3]);
+    std::printf("%7d MiB %10.2f %10.2f %10.2f %10.2f %8.2f %10.2f\n", mib, t, one_way, rr, cw, cw / t,
+                cw / one_way);
     report.Add("transfer", absl::StrCat("island transfer ", mib, " MiB"), "GB/s")
         .Value(cw)
-        .Baseline("TCP", t)
+        .Baseline("streamed TCP", t)
         .Samples(samples)
         .Param("bytes", static_cast<double>(bytes))
-        .Param("transfers_per_sample", transfers);
+        .Param("transfers_per_sample", transfers)
+        .Param("depth", kTransferDepth)
+        .Param("frame_bytes", static_cast<double>(frame))
+        .Extra("tcp_one_way_gbps", one_way)
+        .Extra("tcp_request_reply_gbps", rr);
     std::fflush(stdout);
     (void)c->Release(x);
   }

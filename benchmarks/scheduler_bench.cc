@@ -11,14 +11,19 @@
 //                OpByOp:  one program per computation, each run awaited
 //                         before the next starts (the client in the loop).
 //                Chained: one program of 128 chained computations, one run.
-//                Fused:   one program of one gang call on one accelerator
-//                         whose function holds the 128 computations' kernels
-//                         in order (n adds each: as many kernels as the
-//                         all-reduce's n - 1 reductions and the add): what a
-//                         compiler fusing the whole loop into one program
-//                         would leave, with no scheduling, no copy and no
-//                         wait between accelerators. It is the bound Chained
-//                         approaches.
+//                Fused:   the baseline, without Causeway: Chained's device
+//                         commands (per computation and accelerator, n - 1
+//                         peer copies, n - 1 combines and an add) recorded in
+//                         one list per accelerator and replayed (FusedLists):
+//                         what a compiler fusing the whole loop, exchange
+//                         included, would run, with no scheduling and no
+//                         wait between accelerators. Chained / Fused is the
+//                         cost of dispatch at equal work; commands per second
+//                         are reported beside computations per second.
+//                Fused-adds: one program of one gang call on one accelerator
+//                         whose function holds the 128 computations' n adds
+//                         each, with no copies (informative: less work than
+//                         Chained does).
 //   pipeline:  S stages (1..8), each on its own accelerator, each scaling 64
 //              floats by 2, with a transfer between stages, on an island that
 //              dispatches asynchronously and on one that awaits every gang call
@@ -32,7 +37,12 @@
 //              aggregate programs per second (the total work of a sample is the
 //              same for every client count), and the process's CPU time and
 //              context switches (all threads, lavapipe's included) per program,
-//              averaged over the samples.
+//              averaged over the samples. Each client keeps 5 runs in flight
+//              and its executable 2 (runs_in_flight), so N clients have N
+//              times one client's window: the baseline of N clients is one
+//              client given their window together (5N runs, on an island of
+//              2N runs in flight per executable), in the same alternation;
+//              the plain 1-client figure stays beside it.
 //   shares:    the weighted policy's precision: four clients of weights
 //              1:2:4:8 on one accelerator, each fed back to back by a thread
 //              of its own with one-call programs of a rows x 128 by 128 x 128
@@ -81,6 +91,7 @@
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/builtin_kernels.h"
+#include "runtime/ops.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -103,6 +114,7 @@ constexpr uint32_t kStageFloats = 64;   // per pipeline stage
 constexpr int kMaxAccelerators = 8;
 constexpr uint32_t kTenantFloats = 128;  // per tenant program (64 per accelerator)
 constexpr int kTenantClients[] = {1, 2, 4, 8};
+constexpr int kTenantWindow = 5;  // runs a tenant keeps in flight
 
 double Seconds(int64_t t0) { return (Tracer::NowNs() - t0) / 1e9; }
 
@@ -260,35 +272,150 @@ class Reduction {
   std::shared_ptr<Executable> op_by_op_, chained_, fused_;
 };
 
+// Chained's device commands without Causeway: per accelerator d of n, one
+// list holding all kChain computations' commands as the direct all-reduce
+// and the add lower them (per computation: n - 1 copies of a peer's scalar
+// into a receive buffer, n - 1 max-combines and one add; for n = 1 the
+// all-reduce is one local copy), replayed back to back. The copies read a
+// buffer that each peer never writes (zeros; max(x, 0) = x for these
+// values), so the lists need no wait between accelerators and every
+// accelerator computes the same chain; each list maps its x buffer back into
+// itself (+kChain * kStep), so replays chain. What a compiler that fused the
+// whole loop, exchange included, into one list per accelerator would run: the
+// bound Chained approaches with the same work.
+class FusedLists {
+ public:
+  FusedLists(Runtime& rt, int n) : n_(n) {
+    auto add = Must(BuiltinKernel("add"), "add kernel");
+    const uint64_t bytes = kScalar * sizeof(float);
+    std::vector<std::shared_ptr<Buffer>> zeros;
+    for (int d = 0; d < n; ++d) {
+      Accelerator* acc = rt.accelerator(d);
+      accelerators_.push_back(acc);
+      zeros.push_back(Filled(acc, bytes, 0.0f));
+    }
+    for (int d = 0; d < n; ++d) {
+      Accelerator* acc = accelerators_[d];
+      // x and its partner alternate as a computation's input and output;
+      // partials alternate between w1 and w2.
+      auto x = Filled(acc, bytes, 1.0f), other = Filled(acc, bytes, 0.0f), w1 = Filled(acc, bytes, 0.0f),
+           w2 = Filled(acc, bytes, 0.0f), b = Filled(acc, bytes, kStep),
+           recv = Filled(acc, bytes * std::max(1, n - 1), 0.0f);
+      auto list = Must(acc->CreateCommandList(absl::StrCat("fused", n, "-", d)), "CreateCommandList");
+      std::shared_ptr<Buffer> cur = x, next = other;
+      for (int k = 0; k < kChain; ++k) {
+        std::shared_ptr<Buffer> partial = w1;
+        if (n == 1) {
+          CHECK_OK(list->Copy(cur, w1));
+        } else {
+          int slot = 0;
+          for (int e = 0; e < n; ++e) {
+            if (e == d) continue;
+            CHECK_OK(list->Copy(zeros[e], BufferArg(recv, slot++ * bytes, bytes)));
+          }
+          std::shared_ptr<Buffer> a = cur;
+          for (int k2 = 1; k2 < n; ++k2) {
+            partial = k2 % 2 == 1 ? w1 : w2;
+            CHECK_OK(ops::Combine(*list, /*max=*/true, /*i32=*/false, {a, 0},
+                                  {recv, uint64_t(k2 - 1) * kScalar}, {partial, 0}, kScalar));
+            a = partial;
+          }
+        }
+        CHECK_OK(list->Dispatch(add, {partial, b, next}, CountParams{kScalar}, Groups1D(kScalar, 256)));
+        std::swap(cur, next);
+      }
+      if (cur != x) Die("fused lists: an odd chain does not end in x");
+      commands_ += list->size();
+      lists_.push_back(std::move(list));
+      x_.push_back(x);
+    }
+  }
+
+  // Replays every accelerator's list until at least `target` computations
+  // are done; checks every accelerator's x; computations per second.
+  double Time(int target) {
+    const int replays = std::max(1, target / kChain);
+    std::vector<Future<>> last(n_);
+    int64_t t0 = Tracer::NowNs();
+    for (int r = 0; r < replays; ++r) {
+      for (int d = 0; d < n_; ++d) last[d] = accelerators_[d]->Submit(lists_[d]);
+    }
+    for (auto& f : last) CHECK_OK(f.Await());
+    double seconds = Seconds(t0);
+    done_ += replays * kChain;
+    for (int d = 0; d < n_; ++d) {
+      std::vector<float> got(kScalar);
+      CHECK_OK(accelerators_[d]->DownloadSync(x_[d], got.data(), got.size() * sizeof(float)));
+      if (got[0] != 1.0f + done_ * kStep) {
+        Die(absl::StrCat("fused lists on ", n_, " accelerators: accelerator ", d, " holds ", got[0],
+                         ", expected ", 1.0f + done_ * kStep));
+      }
+    }
+    return replays * kChain / seconds;
+  }
+
+  // Device commands per computation, over all accelerators (as Chained's).
+  double commands_per_computation() const { return static_cast<double>(commands_) / kChain; }
+
+ private:
+  static constexpr float kStep = 0.5f;
+
+  static std::shared_ptr<Buffer> Filled(Accelerator* acc, uint64_t bytes, float value) {
+    auto buffer = Must(acc->CreateBuffer(bytes), "CreateBuffer");
+    std::vector<float> host(bytes / sizeof(float), value);
+    CHECK_OK(acc->UploadSync(buffer, host.data(), bytes));
+    return buffer;
+  }
+
+  int n_;
+  int64_t done_ = 0;  // computations since x was 1
+  size_t commands_ = 0;
+  std::vector<Accelerator*> accelerators_;
+  std::vector<std::shared_ptr<CommandList>> lists_;
+  std::vector<std::shared_ptr<Buffer>> x_;
+};
+
 void DispatchTable(Runtime& rt, int runs, bench::Report& report) {
   auto island = Must(Island::Create(&rt, {}), "Island::Create");
   std::printf(
       "\n1. dispatch (Pathways Fig. 5): computations/s; a computation = scalar all-reduce over n "
       "accelerators + scalar add;\n   Chained and Fused run %d computations per program; "
-      "median of %d samples\n",
+      "Fused: Chained's device commands (cmds/comp, all accelerators)\n   in one list per accelerator, "
+      "replayed; Fused-adds: n adds on one accelerator; median of %d samples\n",
       kChain, runs);
-  std::printf("%4s %12s %12s %12s %14s %15s\n", "n", "OpByOp", "Chained", "Fused", "Chained/Fused",
-              "Chained/OpByOp");
+  std::printf("%4s %10s %10s %10s %10s %9s %9s %12s\n", "n", "OpByOp", "Chained", "Fused", "Fused-adds",
+              "Ch/Fused", "Ch/OpBy", "cmds/comp");
   for (int n : {1, 2, 4, 8}) {
     Reduction red(*island, n);
+    FusedLists fused_lists(rt, n);
     // Warm-up (instances, pipelines, recordings), then sizes for ~equal time.
     red.OpByOp(8);
     red.Chained(kChain);
     red.Fused(kChain);
+    fused_lists.Time(kChain);
     const int op = SampleSize(red.OpByOp(16), 1), chained = SampleSize(red.Chained(kChain), kChain),
-              fused = SampleSize(red.Fused(kChain), kChain);
-    auto samples = Alternate(runs, {[&] { return red.OpByOp(op); }, [&] { return red.Chained(chained); },
-                                    [&] { return red.Fused(fused); }});
-    double o = Median(samples[0]), c = Median(samples[1]), f = Median(samples[2]);
-    std::printf("%4d %12.0f %12.0f %12.0f %14.2f %15.2f\n", n, o, c, f, c / f, c / o);
+              fused = SampleSize(fused_lists.Time(kChain), kChain),
+              adds = SampleSize(red.Fused(kChain), kChain);
+    auto samples =
+        Alternate(runs, {[&] { return red.OpByOp(op); }, [&] { return red.Chained(chained); },
+                         [&] { return fused_lists.Time(fused); }, [&] { return red.Fused(adds); }});
+    const double o = Median(samples[0]), c = Median(samples[1]), f = Median(samples[2]),
+                 a = Median(samples[3]);
+    const double commands = fused_lists.commands_per_computation();
+    std::printf("%4d %10.0f %10.0f %10.0f %10.0f %9.2f %9.2f %12.0f\n", n, o, c, f, a, c / f, c / o,
+                commands);
     for (auto [mode, value, per_program] : {std::tuple("OpByOp", o, 1), std::tuple("Chained", c, kChain)}) {
       report.Add("dispatch", absl::StrCat(mode, " n=", n), "computations/s")
           .Value(value)
-          .Baseline("Fused", f)
+          .Baseline("Fused lists", f)
           .Samples(runs)
           .Param("mode", mode)
           .Param("accelerators", n)
-          .Param("computations_per_program", per_program);
+          .Param("computations_per_program", per_program)
+          .Param("commands_per_computation", commands)
+          .Extra("commands_per_s", value * commands)
+          .Extra("fused_lists_commands_per_s", f * commands)
+          .Extra("fused_adds_computations_per_s", a);
     }
     std::fflush(stdout);
   }
@@ -394,7 +521,9 @@ void PipelineTable(Runtime& rt, int runs, bench::Report& report) {
 
 class Tenant {
  public:
-  Tenant(Island& island, int id) : id_(id) {
+  // Keeps up to `window` runs in flight (the island's runs_in_flight bounds
+  // how many of them have instances at once).
+  Tenant(Island& island, int id, int window = kTenantWindow) : id_(id), window_(window) {
     client_ = Must(island.Connect(absl::StrCat("tenant", id)), "Connect");
     auto mesh = Must(client_->AllocateMesh({static_cast<int>(island.runtime().size())}), "AllocateMesh");
     Shape shard = {kTenantFloats / mesh->size()};
@@ -419,7 +548,7 @@ class Tenant {
     std::deque<Execution> in_flight;
     for (int p = 0; p < count; ++p) {
       in_flight.push_back(Must(client_->Execute(exe_, {x_}), "Execute"));
-      if (in_flight.size() > 4) {
+      if (static_cast<int>(in_flight.size()) >= window_) {
         CHECK_OK(in_flight.front().Await());
         in_flight.pop_front();
       }
@@ -430,6 +559,7 @@ class Tenant {
 
  private:
   int id_;
+  int window_;
   std::shared_ptr<Client> client_;
   std::shared_ptr<Executable> exe_;
   ArrayRef x_;
@@ -467,43 +597,63 @@ double RunTenants(std::vector<std::unique_ptr<Tenant>>& tenants, int total, Usag
 void TenancyTable(int runs, bench::Report& report) {
   constexpr int kTenancyAccelerators = 2;
   auto rt = MakeRuntime(kTenancyAccelerators);
-  auto island = Must(Island::Create(rt.get(), {}), "Island::Create");
+  IslandOptions options;
+  auto island = Must(Island::Create(rt.get(), options), "Island::Create");
   constexpr int kUnit = 8;  // programs per sample: a multiple of every client count
-  std::vector<std::vector<std::unique_ptr<Tenant>>> groups;
+  // groups[g]: kTenantClients[g] clients on `island`; wide[g]: one client
+  // with their total window, on an island giving one executable as many
+  // runs in flight as they have together (N clients have N executables).
+  // The islands outlive their tenants (declared first, destroyed last).
+  std::vector<std::unique_ptr<Island>> wide_islands;
+  std::vector<std::vector<std::unique_ptr<Tenant>>> groups, wide;
   int id = 0, total = 0;
   for (int c : kTenantClients) {
     groups.emplace_back();
     for (int i = 0; i < c; ++i) groups.back().push_back(std::make_unique<Tenant>(*island, id++));
     RunTenants(groups.back(), 64);  // warm-up
     if (c == 1) total = SampleSize(RunTenants(groups.back(), 128), kUnit);
+    wide.emplace_back();
+    if (c == 1) continue;
+    IslandOptions wide_options;
+    wide_options.name = absl::StrCat("wide", c);
+    wide_options.runs_in_flight = options.runs_in_flight * c;
+    wide_islands.push_back(Must(Island::Create(rt.get(), wide_options), "Island::Create"));
+    wide.back().push_back(std::make_unique<Tenant>(*wide_islands.back(), id++, kTenantWindow * c));
+    RunTenants(wide.back(), 64);
   }
   std::printf(
       "\n3. tenancy: clients on their own threads, each submitting programs of 3 chained scales on a "
-      "mesh of %d accelerators;\n   %d programs per sample in all; median of %d samples; cpu and "
-      "context switches of the whole process\n",
-      kTenancyAccelerators, total, runs);
+      "mesh of %d accelerators\n   (%d runs in flight per client, %d per executable); 1 client, same window: "
+      "one client with N clients' windows together;\n   %d programs per sample in all; median of %d samples; "
+      "cpu and context switches of the whole process\n",
+      kTenancyAccelerators, kTenantWindow, options.runs_in_flight, total, runs);
   std::vector<Usage> usage(groups.size());
   std::vector<std::function<double()>> cases;
   for (size_t g = 0; g < groups.size(); ++g) {
     cases.push_back([&, g] { return RunTenants(groups[g], total, &usage[g]); });
   }
+  for (size_t g = 1; g < wide.size(); ++g) cases.push_back([&, g] { return RunTenants(wide[g], total); });
   auto samples = Alternate(runs, cases);
-  std::printf("%8s %12s %12s %14s %14s\n", "clients", "programs/s", "vs 1 client", "cpu us/program",
-              "switches/prog");
+  std::printf("%8s %12s %12s %14s %16s %14s %14s\n", "clients", "programs/s", "vs 1 client", "1 client, same",
+              "vs 1, same window", "cpu us/program", "switches/prog");
   double one = Median(samples[0]);
   for (size_t g = 0; g < groups.size(); ++g) {
-    double m = Median(samples[g]);
-    double programs = static_cast<double>(total) * runs;
-    std::printf("%8d %12.0f %12.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one,
-                usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
-    report.Add("tenancy", absl::StrCat(kTenantClients[g], kTenantClients[g] == 1 ? " client" : " clients"),
-               "programs/s")
+    const double m = Median(samples[g]);
+    const double same = g == 0 ? one : Median(samples[groups.size() + g - 1]);
+    const double programs = static_cast<double>(total) * runs;
+    std::printf("%8d %12.0f %12.2f %14.0f %16.2f %14.1f %14.1f\n", kTenantClients[g], m, m / one, same,
+                m / same, usage[g].cpu_seconds / programs * 1e6, usage[g].switches / programs);
+    report
+        .Add("tenancy", absl::StrCat(kTenantClients[g], kTenantClients[g] == 1 ? " client" : " clients"),
+             "programs/s")
         .Value(m)
-        .Baseline("1 client", one)
+        .Baseline("1 client, same window", same)
         .Samples(runs)
         .Param("clients", kTenantClients[g])
         .Param("accelerators", kTenancyAccelerators)
         .Param("programs_per_sample", total)
+        .Param("window", kTenantWindow * kTenantClients[g])
+        .Extra("one_client_programs_per_s", one)
         .Extra("cpu_us_per_program", usage[g].cpu_seconds / programs * 1e6)
         .Extra("switches_per_program", usage[g].switches / programs);
   }
