@@ -274,6 +274,11 @@ size_t Accelerator::in_flight() const {
   absl::MutexLock lock(&ring_mu_);
   return next_value_ - retired_value_;
 }
+void Accelerator::AwaitRingFullForTesting(uint64_t n) const {
+  absl::MutexLock lock(&ring_mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) { return ring_full_waits_ >= n; };
+  ring_mu_.Await(absl::Condition(&enough));
+}
 absl::Status Accelerator::health() const {
   absl::MutexLock lock(&ring_mu_);
   return health_;
@@ -340,6 +345,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         break;
       }
       oldest = retired_value_ + 1;
+      ++ring_full_waits_;
     }
     // Backpressure: the ring is full; retire the oldest slot on this thread
     // (or sleep while another thread waits for it).

@@ -200,6 +200,9 @@ class Accelerator final : public TimelineDriver {
   uint64_t submitted_value() const;  // the last timeline value handed out
   uint64_t retired_value() const;    // the last timeline value retired
   size_t in_flight() const;
+  // A test hook: blocks until Submit has found the ring full `n` times in all
+  // (each time, the submitting thread then waits for the oldest slot).
+  void AwaitRingFullForTesting(uint64_t n) const;
   // OK, or the sticky error that ended this accelerator (device lost).
   absl::Status health() const;
   FaultInjection& faults() { return faults_; }
@@ -302,6 +305,8 @@ class Accelerator final : public TimelineDriver {
   uint64_t next_value_ ABSL_GUARDED_BY(ring_mu_) = 0;     // last value handed out
   uint64_t retired_value_ ABSL_GUARDED_BY(ring_mu_) = 0;  // last value retired
   uint64_t submitted_through_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  // How many times Submit found the ring full (AwaitRingFullForTesting).
+  uint64_t ring_full_waits_ ABSL_GUARDED_BY(ring_mu_) = 0;
   // Values that must retire without being awaited (callbacks, relays); the
   // completion thread serves the smallest.
   absl::btree_set<uint64_t> wanted_ ABSL_GUARDED_BY(ring_mu_);

@@ -97,8 +97,19 @@ class FutureState {
     }
     if (driver != nullptr) driver->WaitFor(timeline_value, deadline);
     absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithDeadline(absl::Condition(&ready_), deadline)) return nullptr;
-    return &result_;
+    ++waiters_;
+    const bool ready = mu_.AwaitWithDeadline(absl::Condition(&ready_), deadline);
+    --waiters_;
+    return ready ? &result_ : nullptr;
+  }
+
+  // A test hook: blocks until at least `n` threads are blocked in Wait on the
+  // unresolved state (they hold no lock then, so a Set from now on is what
+  // wakes them), or returns at once if the state is resolved.
+  void AwaitWaitersForTesting(int n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ready_ || waiters_ >= n; };
+    mu_.Await(absl::Condition(&enough));
   }
 
   void OnReady(Callback callback) {
@@ -134,6 +145,8 @@ class FutureState {
   // Written once under mu_ before ready_ is set, read-only afterwards.
   Result result_ = absl::UnknownError("future not resolved");
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
+  // Threads blocked in Wait, for AwaitWaitersForTesting.
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace internal
@@ -183,6 +196,10 @@ class Future {
       return r->status();
     }
   }
+
+  // A test hook: blocks until `n` threads wait in Await on this unresolved
+  // future (or it resolves), so that a test can resolve it knowing they do.
+  void AwaitWaitersForTesting(int n) const { state_->AwaitWaitersForTesting(n); }
 
   // Runs `callback(result)` once the future resolves: at once on this thread if
   // it already has, otherwise on the thread that resolves it (for device work,

@@ -446,5 +446,113 @@ TEST_F(TransformerTest, RefusesBadConfigurations) {
                "replica 1 stage 0 has 2 accelerators, replica 0's 1");
 }
 
+// The tensors' names in Parameters() order for `layers` layers, written out
+// from the documented layout.
+std::vector<std::string> TensorNames(uint32_t layers) {
+  std::vector<std::string> names = {"tok_emb", "pos_emb"};
+  for (uint32_t l = 0; l < layers; ++l) {
+    for (const char* t : {"ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w1", "b1", "w2"}) {
+      names.push_back(absl::StrCat("layer", l, ".", t));
+    }
+  }
+  for (const char* t : {"lnf_g", "lnf_b", "w_out"}) names.push_back(t);
+  return names;
+}
+
+// Tests the eval def's layout over two stages (of 2 and 1 accelerators, two
+// layers): the meshes, ids on the first stage and targets on the last, both
+// split over the batch, each tensor on the stage that holds its layer (the
+// embeddings first, the final norm and output last), the calls in order and
+// the one output.
+TEST(TransformerEvalDefTest, LaysOutStages) {
+  const TransformerConfig config = Tiny(11);
+  ASSERT_OK_AND_ASSIGN(ProgramDef def, BuildEvalDef(config, 4, {2, 1}));
+  ASSERT_EQ(def.meshes_size(), 2);
+  EXPECT_EQ(def.meshes(0).name(), "stage0");
+  EXPECT_THAT(def.meshes(0).dims(), ::testing::ElementsAre(2));
+  EXPECT_EQ(def.meshes(1).name(), "stage1");
+  EXPECT_THAT(def.meshes(1).dims(), ::testing::ElementsAre(1));
+
+  const std::vector<std::string> tensors = TensorNames(2);
+  ASSERT_EQ(def.parameters_size(), static_cast<int>(2 + tensors.size()));
+  for (int i : {0, 1}) {
+    const auto& p = def.parameters(i);
+    EXPECT_EQ(p.value(), i == 0 ? "ids" : "targets");
+    EXPECT_EQ(p.mesh(), i == 0 ? "stage0" : "stage1");
+    EXPECT_THAT(p.shape(), ::testing::ElementsAre(4, 8));
+    EXPECT_EQ(p.dtype(), I32);
+    ASSERT_TRUE(p.sharding().has_split()) << p.value();
+    EXPECT_EQ(p.sharding().split().array_axis(), 0);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& p = def.parameters(2 + i);
+    EXPECT_EQ(p.value(), tensors[i]);
+    // Layer 0 and the embeddings on stage 0; layer 1 and the head on stage 1.
+    const bool first = i < 2 + 11;
+    EXPECT_EQ(p.mesh(), first ? "stage0" : "stage1") << p.value();
+    EXPECT_EQ(p.dtype(), F32);
+    EXPECT_FALSE(p.sharding().has_split()) << p.value();
+  }
+  std::vector<std::string> nodes;
+  for (const auto& n : def.nodes()) nodes.push_back(n.name() + "@" + n.call().mesh());
+  EXPECT_THAT(nodes,
+              ::testing::ElementsAre("embed@stage0", "forward.0@stage0", "forward.1@stage1", "head@stage1"));
+  EXPECT_THAT(def.outputs(), ::testing::ElementsAre("loss"));
+}
+
+// Tests the eval def's errors, each by its own message.
+TEST(TransformerEvalDefTest, RefusesBadLayouts) {
+  const TransformerConfig config = Tiny(11);
+  EXPECT_ERROR(BuildEvalDef(config, 4, {}), absl::StatusCode::kInvalidArgument,
+               "eval: 0 stages for 2 layers");
+  EXPECT_ERROR(BuildEvalDef(config, 4, {1, 1, 1}), absl::StatusCode::kInvalidArgument,
+               "eval: 3 stages for 2 layers");
+  EXPECT_ERROR(BuildEvalDef(config, 3, {1, 2}), absl::StatusCode::kInvalidArgument,
+               "eval: batch 3 does not divide over 2 accelerators");
+  EXPECT_ERROR(BuildEvalDef(config, 0, {1}), absl::StatusCode::kInvalidArgument,
+               "eval: batch 0 does not divide over 1 accelerators");
+  TransformerConfig bad = config;
+  bad.heads = 3;
+  EXPECT_ERROR(BuildEvalDef(bad, 4, {1}), absl::StatusCode::kInvalidArgument,
+               "heads (3) must divide d_model (16)");
+}
+
+// Tests the eval program built on meshes (a stage of 2 accelerators, then
+// one of 1) token by token against the CPU's forward.
+TEST_F(TransformerTest, EvalProgramMatchesCpuReference) {
+  Start(3);
+  const TransformerConfig config = Tiny(11);
+  const uint32_t batch = 2;
+  const TinyProblem p = MakeTinyProblem(config, batch);
+  ASSERT_OK_AND_ASSIGN(auto first, client_->AllocateMesh({2}));
+  ASSERT_OK_AND_ASSIGN(auto last, client_->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto program, BuildEvalProgram(config, batch, {first, last}));
+  ASSERT_OK_AND_ASSIGN(auto executable, client_->Load(program));
+  std::vector<ArrayRef> inputs;
+  for (const auto& [tokens, mesh] : {std::pair{&p.ids, first}, std::pair{&p.targets, last}}) {
+    ASSERT_OK_AND_ASSIGN(
+        ArrayRef a, client_->CreateArray(mesh, {batch, config.seq_len}, DType::kI32, Sharding::Split(0)));
+    ASSERT_OK(a->Upload(tokens->data(), tokens->size() * 4));
+    inputs.push_back(std::move(a));
+  }
+  const std::vector<ParameterInfo> params = Parameters(config);
+  for (size_t i = 0; i < params.size(); ++i) {
+    // Layer 0 and the embeddings on the first stage, the rest on the last.
+    const auto& mesh =
+        params[i].layer == 0 || params[i].name == "tok_emb" || params[i].name == "pos_emb" ? first : last;
+    ASSERT_OK_AND_ASSIGN(ArrayRef a, client_->CreateArray(mesh, params[i].shape, DType::kF32));
+    ASSERT_OK(a->Upload(p.weights[i].data(), p.weights[i].size() * 4));
+    inputs.push_back(std::move(a));
+  }
+  ASSERT_OK_AND_ASSIGN(Execution run, client_->Execute(executable, inputs));
+  ASSERT_EQ(run.outputs.size(), 1u);
+  std::vector<float> got(uint64_t{batch} * config.seq_len);
+  ASSERT_OK(run.outputs[0]->Download(got.data(), got.size() * 4));
+  const std::vector<double> want = ReferenceLoss(config, p.weights, p.ids, p.targets, batch);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + want[i])) << "token " << i;
+}
+
 }  // namespace
 }  // namespace causeway::models

@@ -84,7 +84,9 @@ TEST(FutureTest, ManyWaitersWake) {
       if (f.Await().ok()) woke++;
     });
   }
-  absl::SleepFor(absl::Milliseconds(20));
+  // Every waiter is blocked in Await before the promise is set.
+  f.AwaitWaitersForTesting(8);
+  EXPECT_EQ(woke.load(), 0);
   p.Set(absl::OkStatus());
   for (auto& t : waiters) t.join();
   EXPECT_EQ(woke.load(), 8);

@@ -4,13 +4,16 @@
 // and without a broadcast operand, alpha and beta (beta = 0 never reads C),
 // leading dimensions and offsets, and argument errors.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +27,7 @@
 #include "runtime/reference.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
+#include "tests/testing/op_plan_support.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -314,24 +318,148 @@ TEST_P(GemmTest, RejectsBadArguments) {
   EXPECT_ERROR(ops::Gemm(*list, a, b, c, 0, n, k), absl::StatusCode::kInvalidArgument, "M, N and batch must be > 0");
 }
 
-// Tests that lavapipe (a CPU device with subgroups of 8) can run every path,
-// so the tests above cover them all.
+// Tests that lavapipe (a CPU device with subgroups of 8) runs every path,
+// so the tests above cover them all: the forced path is the one planned, and
+// it computes a product worked out by hand.
 TEST_P(GemmTest, PathRunsOnLavapipe) {
   const PhysicalDeviceInfo& info = acc_->info();
   EXPECT_EQ(info.type, VK_PHYSICAL_DEVICE_TYPE_CPU);
   EXPECT_EQ(info.subgroup_size, 8u);
   EXPECT_GE(info.limits.maxComputeWorkGroupInvocations, 256u);
-  ASSERT_OK_AND_ASSIGN(auto a, NewBuffer(std::vector<float>(4, 1.0f)));
-  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList("gemm_test"));
   ops::GemmOptions o;
   o.path = GetParam();
-  EXPECT_OK(ops::Gemm(*list, a, a, a, 1, 1, 1, o));
+  ASSERT_OK_AND_ASSIGN(ops::OpPlan plan, ops::PlanGemm(2, 3, 2, o, &info));
+  EXPECT_THAT(plan.launches[0].spec, ::testing::Contains(std::pair{5u, static_cast<uint32_t>(GetParam())}));
+  // [1 2; 3 4] [1 0 2; 0 1 3] = [1 2 8; 3 4 18], exact in floats.
+  ASSERT_OK_AND_ASSIGN(auto a, NewBuffer({1, 2, 3, 4}));
+  ASSERT_OK_AND_ASSIGN(auto b, NewBuffer({1, 0, 2, 0, 1, 3}));
+  ASSERT_OK_AND_ASSIGN(auto c, NewBuffer(std::vector<float>(6, -1.0f)));
+  ASSERT_OK(Run(a, b, c, 2, 3, 2, o));
+  std::vector<float> got(6);
+  ASSERT_OK(acc_->DownloadSync(c, got.data(), got.size() * 4));
+  EXPECT_THAT(got, ::testing::ElementsAre(1, 2, 8, 3, 4, 18));
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GemmTest,
                          ::testing::Values(ops::GemmPath::kSubgroupLanes, ops::GemmPath::kSharedTiles,
                                            ops::GemmPath::kInvocationBlocks),
                          [](const ::testing::TestParamInfo<ops::GemmPath>& info) { return PathName(info.param); });
+
+using ::causeway::testing::Bits;
+using ::causeway::testing::PushWords;
+using Groups = std::array<uint32_t, 3>;
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+// Tests a device-less plan of a packed gemm: the invocation-blocks path
+// (64 columns by 16 rows a group), operand sizes of whole matrices, the
+// kernel's push constants in its order, and no vec4 reads where a leading
+// dimension is not a multiple of 4.
+TEST(PlanGemmTest, PackedWithoutADevice) {
+  ASSERT_OK_AND_ASSIGN(ops::OpPlan plan, ops::PlanGemm(5, 130, 7));
+  EXPECT_EQ(plan.name, "gemm 5x130x7 batch 1");
+  ASSERT_EQ(plan.operands.size(), 3u);
+  EXPECT_EQ(plan.operands[0].bytes, 5u * 7 * 4);
+  EXPECT_EQ(plan.operands[1].bytes, 7u * 130 * 4);
+  EXPECT_EQ(plan.operands[2].bytes, 5u * 130 * 4);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  const ops::Launch& l = plan.launches[0];
+  EXPECT_EQ(l.kernel, "gemm");
+  EXPECT_THAT(l.operands, ElementsAre(0, 1, 2));
+  EXPECT_EQ(l.groups, (Groups{3, 1, 1}));
+  // m n k, lda ldb ldc, strides (rows * ld), offsets, alpha beta, flags.
+  EXPECT_THAT(PushWords(l),
+              ElementsAre(5, 130, 7, 7, 130, 130, 35, 910, 650, 0, 0, 0, Bits(1.0f), Bits(0.0f), 0));
+  EXPECT_THAT(l.spec, ElementsAre(Pair(0, 64), Pair(1, 0), Pair(2, 0), Pair(3, 16), Pair(4, 1), Pair(5, 2),
+                                  Pair(6, 0)));
+}
+
+// Tests a batched, transposed, offset plan: A^T stored 4 x 4 with leading
+// dimension 8 from element 4, B broadcast (stride 0), C packed; the sizes
+// are each operand's last element + 1, and quads of A and B may be read as
+// vec4.
+TEST(PlanGemmTest, BatchedTransposedWithStridesAndOffsets) {
+  ops::GemmOptions o;
+  o.transpose_a = true;
+  o.batch = 3;
+  o.lda = 8;
+  o.a_offset = 4;
+  o.stride_b = 0;
+  o.alpha = 2.0f;
+  o.beta = 0.5f;
+  ASSERT_OK_AND_ASSIGN(ops::OpPlan plan, ops::PlanGemm(4, 8, 4, o));
+  EXPECT_EQ(plan.name, "gemm 4x8x4 batch 3");
+  // A: 4 + 2 * 32 + 3 * 8 + 4 = 96; B: 3 * 8 + 8 = 32; C: 2 * 32 + 3 * 8 + 8 = 96.
+  EXPECT_EQ(plan.operands[0].bytes, 96u * 4);
+  EXPECT_EQ(plan.operands[1].bytes, 32u * 4);
+  EXPECT_EQ(plan.operands[2].bytes, 96u * 4);
+  const ops::Launch& l = plan.launches[0];
+  EXPECT_EQ(l.groups, (Groups{1, 1, 3}));
+  EXPECT_THAT(PushWords(l), ElementsAre(4, 8, 4, 8, 8, 8, 32, 0, 32, 4, 0, 0, Bits(2.0f), Bits(0.5f), 0));
+  EXPECT_THAT(l.spec, ElementsAre(Pair(0, 64), Pair(1, 1), Pair(2, 0), Pair(3, 16), Pair(4, 1), Pair(5, 2),
+                                  Pair(6, 3)));
+}
+
+// Tests the path chosen for a device: subgroup lanes on a CPU with
+// subgroups of 8 (8 lanes, 16 x 128 of C a group, vec4 C where N allows),
+// shared tiles on a GPU (256 invocations, 64 x 64 a group).
+TEST(PlanGemmTest, PathFollowsTheDevice) {
+  PhysicalDeviceInfo cpu;
+  cpu.type = VK_PHYSICAL_DEVICE_TYPE_CPU;
+  cpu.subgroup_size = 8;
+  cpu.limits.maxComputeWorkGroupInvocations = 1024;
+  cpu.limits.maxComputeWorkGroupSize[0] = 1024;
+  cpu.limits.maxComputeWorkGroupCount[2] = 65535;
+  ASSERT_OK_AND_ASSIGN(ops::OpPlan lanes, ops::PlanGemm(40, 256, 8, {}, &cpu));
+  EXPECT_EQ(lanes.launches[0].groups, (Groups{2, 3, 1}));
+  EXPECT_THAT(lanes.launches[0].spec, ElementsAre(Pair(0, 8), Pair(1, 0), Pair(2, 0), Pair(3, 16), Pair(4, 1),
+                                                  Pair(5, 0), Pair(6, 7)));
+  PhysicalDeviceInfo gpu = cpu;
+  gpu.type = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  gpu.subgroup_size = 32;
+  ASSERT_OK_AND_ASSIGN(ops::OpPlan tiles, ops::PlanGemm(40, 256, 8, {}, &gpu));
+  EXPECT_EQ(tiles.launches[0].groups, (Groups{4, 1, 1}));
+  EXPECT_THAT(tiles.launches[0].spec, ElementsAre(Pair(0, 256), Pair(1, 0), Pair(2, 0), Pair(3, 16),
+                                                  Pair(4, 1), Pair(5, 1), Pair(6, 3)));
+}
+
+// Tests each of PlanGemm's errors by its own message.
+TEST(PlanGemmTest, RefusesBadArguments) {
+  constexpr auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_ERROR(ops::PlanGemm(0, 4, 4), kBad, "gemm 0x4x4 batch 1: M, N and batch must be > 0");
+  ops::GemmOptions o;
+  o.batch = 65536;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o), kBad, "gemm 4x4x4 batch 65536: batch must be at most 65535");
+  o = {};
+  o.lda = 4;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 8, o), kBad,
+               "A's leading dimension 4 is less than its 8 columns as stored");
+  EXPECT_ERROR(ops::PlanGemm(65536, 65536, 1), kBad,
+               "C spans 4294967296 elements; the kernel indexes at most");
+  o = {};
+  o.batch = 2;
+  o.stride_c = 10;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o), kBad,
+               "C's batch stride 10 is less than the 16 elements of one C: batches would overlap");
+  o = {};
+  o.path = ops::GemmPath::kSharedTiles;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o), kBad, "path shared-tiles needs the device it will run on");
+  PhysicalDeviceInfo small;
+  small.subgroup_size = 32;
+  small.limits.maxComputeWorkGroupInvocations = 128;
+  small.limits.maxComputeWorkGroupCount[2] = 65535;
+  o.path = ops::GemmPath::kSubgroupLanes;
+  EXPECT_ERROR(
+      ops::PlanGemm(4, 4, 4, o, &small), kBad,
+      "path subgroup-lanes needs a subgroup size of 8; this device has subgroups of 32 and at most 128 "
+      "invocations per group");
+  o.path = ops::GemmPath::kSharedTiles;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o, &small), kBad, "path shared-tiles needs 256 invocations per group");
+  small.limits.maxComputeWorkGroupCount[2] = 8;
+  o = {};
+  o.batch = 9;
+  EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o, &small), kBad, "batch must be at most 8 on this device");
+}
 
 }  // namespace
 }  // namespace causeway

@@ -918,8 +918,11 @@ TEST_F(KernelsTest, FillAndCopyRefuseWrappingRanges) {
   ASSERT_OK_AND_ASSIGN(auto other, SentinelBuffer(acc_, 64));
   ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
   const uint64_t wrapping = UINT64_MAX - 15;  // 16 + wrapping == 0 (mod 2^64); a multiple of 4
-  EXPECT_FALSE(list->Fill(BufferArg(buf, 16, wrapping), 1).ok());
-  EXPECT_FALSE(list->Copy(BufferArg(buf, 16, wrapping), BufferArg(other, 16, wrapping)).ok());
+  EXPECT_ERROR(list->Fill(BufferArg(buf, 16, wrapping), 1), absl::StatusCode::kOutOfRange,
+               absl::StrCat("Fill: range [16, +", wrapping, ") is outside a buffer of 256 bytes"));
+  EXPECT_ERROR(list->Copy(BufferArg(buf, 16, wrapping), BufferArg(other, 16, wrapping)),
+               absl::StatusCode::kOutOfRange,
+               absl::StrCat("Copy: range [16, +", wrapping, ") is outside a buffer of 256 bytes"));
   EXPECT_EQ(list->size(), 0u);
   // In-range commands on the same list still work.
   ASSERT_OK(list->Fill(BufferArg(buf, 16, 32), 9));

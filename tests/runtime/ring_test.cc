@@ -65,9 +65,12 @@ TEST(RingTest, FullRingBlocksProducerAndResumes) {
     fourth = acc->Submit(c.list);
     returned = true;
   });
-  absl::SleepFor(absl::Milliseconds(300));
+  // The producer found the ring full; with the gate shut no slot can retire,
+  // so it must still be in Submit.
+  acc->AwaitRingFullForTesting(1);
   EXPECT_FALSE(returned.load()) << "Submit returned while the ring was full";
   EXPECT_FALSE(futures[0].IsReady());
+  EXPECT_EQ(acc->in_flight(), 3u);
 
   gate.Set(absl::OkStatus());
   producer.join();

@@ -1,9 +1,11 @@
 // Runtime options, device selection, tracing hooks and the pipeline cache.
 #include "runtime/runtime.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -196,18 +198,33 @@ TEST(RuntimeTest, PipelineCacheOnDisk) {
     in.read(reinterpret_cast<char*>(&header), sizeof(header));
     EXPECT_EQ(header.headerVersion, VK_PIPELINE_CACHE_HEADER_VERSION_ONE);
   }
-  {
-    auto rt = MakeRuntime(o);  // reads it back
-    ASSERT_NE(rt, nullptr);
-  }
-  {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a pipeline cache at all, just bytes";
+  // Runs a fill of `word` on a runtime made with `o` and checks what it
+  // wrote: the pipeline made from (or despite) the cache on disk works.
+  auto fill_and_check = [&](uint32_t word) {
     auto rt = MakeRuntime(o);
     ASSERT_NE(rt, nullptr);
-    ASSERT_OK_AND_ASSIGN(auto x, rt->accelerator(0)->CreateBuffer(1024));
-    ASSERT_OK_AND_ASSIGN(auto list, rt->accelerator(0)->CreateCommandList());
-    ASSERT_OK(ops::FillWords(*list, x, 256, 1));
-    ASSERT_OK(rt->accelerator(0)->Submit(list).Await());
+    Accelerator* acc = rt->accelerator(0);
+    EXPECT_EQ(acc->device().pipeline_cache_path(), path);
+    ASSERT_OK_AND_ASSIGN(auto x, acc->CreateBuffer(1024));
+    ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList());
+    ASSERT_OK(ops::FillWords(*list, x, 256, word));
+    ASSERT_OK(acc->Submit(list).Await());
+    std::vector<uint32_t> got(256);
+    ASSERT_OK(acc->DownloadSync(x, got.data(), 1024));
+    EXPECT_EQ(got, std::vector<uint32_t>(256, word));
+  };
+  // The cache is read back (same path) and its pipeline runs.
+  fill_and_check(0x5eed0001u);
+  {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a pipeline cache at all, just bytes";
+    // A corrupt cache is dropped, not fatal: the fill still runs ...
+    fill_and_check(0x5eed0002u);
+    // ... and the runtime saved a valid cache in its place.
+    std::ifstream in(path, std::ios::binary);
+    VkPipelineCacheHeaderVersionOne header{};
+    in.read(reinterpret_cast<char*>(&header), sizeof(header));
+    EXPECT_TRUE(in.good());
+    EXPECT_EQ(header.headerVersion, VK_PIPELINE_CACHE_HEADER_VERSION_ONE);
   }
   std::filesystem::remove_all(dir);
 }

@@ -222,13 +222,13 @@ TEST(TraceTest, KnownProgramHasTracksEventsFlowsGangCallsAndCounters) {
 
 TEST(TraceTest, SessionRefusesAnUnwritableFileAndASecondSession) {
   auto bad = TraceSession::Start("/nonexistent-dir/trace.json");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("/nonexistent-dir/trace.json"));
+  EXPECT_ERROR(bad, absl::StatusCode::kInvalidArgument, "trace: cannot write '/nonexistent-dir/trace.json'");
   const std::string path = ::testing::TempDir() + "/trace_test_twice.json";
   auto first = TraceSession::Start(path);
   ASSERT_OK(first.status());
   auto second = TraceSession::Start(path);
-  EXPECT_FALSE(second.ok());
+  EXPECT_ERROR(second, absl::StatusCode::kFailedPrecondition,
+               "a trace session is already open in this process");
   ASSERT_OK((*first)->Finish());
   EXPECT_FALSE(Tracer::Get().enabled());
   // An empty trace is still a valid file.

@@ -474,7 +474,8 @@ TEST(IslandServerTest, SecretIsRequiredAndChecked) {
   ControllerOptions wrong;
   wrong.secret = *Secret::FromBytes("another-secret-of-32-characters!", "test");
   auto bad = Controller::Connect({island->address()}, wrong);
-  EXPECT_FALSE(bad.ok());
+  EXPECT_ERROR(bad, absl::StatusCode::kUnauthenticated,
+               "failed to prove that it holds the shared secret (a different secret?)");
   ControllerOptions right;
   right.secret = *Secret::FromBytes(secret, "test");
   auto good = Controller::Connect({island->address()}, right);
