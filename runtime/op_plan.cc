@@ -17,8 +17,10 @@ absl::Status Record(CommandList& list, const OpPlan& plan, const std::vector<Buf
     if (arg.buffer == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(plan.name, ": ", operand.name, " is not bound"));
     }
+    // size > buffer - offset rather than offset + size > buffer: the sum of
+    // two sizes from a caller may wrap.
     if (arg.offset > arg.buffer->size() ||
-        (arg.size != VK_WHOLE_SIZE && arg.offset + arg.size > arg.buffer->size())) {
+        (arg.size != VK_WHOLE_SIZE && arg.size > arg.buffer->size() - arg.offset)) {
       return absl::InvalidArgumentError(absl::StrCat(plan.name, ": ", operand.name, " range [", arg.offset, ", +",
                                                      arg.size, ") exceeds its buffer of ", arg.buffer->size(),
                                                      " bytes"));

@@ -213,6 +213,8 @@ constexpr uint32_t kGemmLaneCols = 128;
 constexpr uint32_t kGemmTileGroup = 256;
 constexpr uint32_t kGemmTile = 64;
 constexpr uint32_t kGemmWidth = 64;
+// Workgroups per dimension every Vulkan device allows (maxComputeWorkGroupCount).
+constexpr uint64_t kMaxGemmGroups = 65535;
 constexpr uint32_t kGemmRows = 16;
 // Constant 6: A's (bit 0) and B's (bit 1) runs of four may be read as vec4.
 constexpr uint32_t kGemmVec4Spec = 6;
@@ -370,7 +372,16 @@ absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOp
   OpPlan plan{what,
               {{"A", operands[0].elements * 4}, {"B", operands[1].elements * 4}, {"C", operands[2].elements * 4}},
               {}};
-  const std::array<uint32_t, 3> groups{(n + per_x - 1) / per_x, (m + per_y - 1) / per_y, o.batch};
+  // In 64 bits: n + per_x - 1 wraps in 32 for n near 2^32, which gave zero
+  // workgroups; a count past the device's limit is refused here.
+  const uint64_t groups_x = (uint64_t{n} + per_x - 1) / per_x, groups_y = (uint64_t{m} + per_y - 1) / per_y;
+  if (groups_x > kMaxGemmGroups || groups_y > kMaxGemmGroups) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", groups_x, " x ", groups_y,
+                                                   " workgroups; at most ", kMaxGemmGroups,
+                                                   " in each dimension"));
+  }
+  const std::array<uint32_t, 3> groups{static_cast<uint32_t>(groups_x), static_cast<uint32_t>(groups_y),
+                                       o.batch};
   plan.launches.push_back({"gemm",
                            {0, 1, 2},
                            PushBytes(params),

@@ -436,6 +436,9 @@ TEST(PlanGemmTest, RefusesBadArguments) {
                "A's leading dimension 4 is less than its 8 columns as stored");
   EXPECT_ERROR(ops::PlanGemm(65536, 65536, 1), kBad,
                "C spans 4294967296 elements; the kernel indexes at most");
+  // Sizes near 2^32 wrapped the workgroup count to zero in 32 bits.
+  EXPECT_ERROR(ops::PlanGemm(1, 0xFFFFFFFFu, 0), kBad, "workgroups; at most 65535 in each dimension");
+  EXPECT_ERROR(ops::PlanGemm(0xFFFFFFFFu, 1, 0), kBad, "workgroups; at most 65535 in each dimension");
   o = {};
   o.batch = 2;
   o.stride_c = 10;

@@ -123,6 +123,10 @@ TEST_F(OpPlanTest, RefusesBadBindingsAndAppendsNothing) {
                "triple 5: y range [4, +20) exceeds its buffer of 20 bytes");
   EXPECT_ERROR(Record(*list_, TripleX(), {BufferArg(in, 24, VK_WHOLE_SIZE), tmp, out}),
                absl::StatusCode::kInvalidArgument, "triple 5: x range [24, +");
+  // An offset and size whose sum wraps around 2^64 (used only by the second
+  // launch, so a check that let it through would append the first).
+  EXPECT_ERROR(Record(*list_, TripleX(), {in, tmp, BufferArg(out, 16, UINT64_MAX - 8)}),
+               absl::StatusCode::kInvalidArgument, "triple 5: y range [16, +18446744073709551607) exceeds");
   OpPlan unknown = TripleX();
   unknown.launches[1].kernel = "no_such_kernel";
   EXPECT_ERROR(Record(*list_, unknown, {in, tmp, out}), absl::StatusCode::kNotFound,
