@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const std::string kCorpus = std::string(CAUSEWAY_DATA_DIR) + "/kjv-genesis-exodus.txt";
+const std::string kCorpus = std::string(::causeway::testing::DataDir()) + "/kjv-genesis-exodus.txt";
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -27,7 +27,7 @@ namespace {
 
 using ::causeway::testing::MakeRuntime;
 
-const std::string kCorpus = std::string(CAUSEWAY_DATA_DIR) + "/kjv-genesis-exodus.txt";
+const std::string kCorpus = std::string(::causeway::testing::DataDir()) + "/kjv-genesis-exodus.txt";
 
 TransformerConfig Tiny(uint32_t vocab) {
   TransformerConfig c;

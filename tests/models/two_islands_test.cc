@@ -29,11 +29,12 @@ namespace {
 using ::causeway::testing::MakeRuntime;
 using ::testing::HasSubstr;
 
-const std::string kCorpus = std::string(CAUSEWAY_DATA_DIR) + "/kjv-genesis-exodus.txt";
+const std::string kCorpus = std::string(::causeway::testing::DataDir()) + "/kjv-genesis-exodus.txt";
 
 std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators) {
   auto p = transport::IslandProcess::Start(
-      CAUSEWAY_CLI, name, {"--device=cpu", absl::StrCat("--accelerators=", accelerators), "--validation"});
+      ::causeway::testing::CliPath(), name,
+      {::causeway::testing::DeviceFlag(), absl::StrCat("--accelerators=", accelerators), "--validation"});
   if (!p.ok()) {
     ADD_FAILURE() << p.status();
     return nullptr;

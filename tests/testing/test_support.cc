@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -183,20 +184,43 @@ int AwaitEntries(const char* dir, int want, absl::Duration limit) {
   return now;
 }
 
+std::string TestDevice() {
+  for (const char* name : {"CAUSEWAY_TEST_DEVICE", "CAUSEWAY_DEVICE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && v[0] != '\0') return v;
+  }
+  return "cpu";
+}
+
+std::string DeviceFlag() { return absl::StrCat("--device=", TestDevice()); }
+
+namespace {
+const char* EnvOr(const char* name, const char* built) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? v : built;
+}
+}  // namespace
+
+const char* CliPath() { return EnvOr("CAUSEWAY_TEST_CLI", CAUSEWAY_BUILT_CLI); }
+const char* DataDir() { return EnvOr("CAUSEWAY_TEST_DATA_DIR", CAUSEWAY_BUILT_DATA_DIR); }
+const char* SourceDir() { return EnvOr("CAUSEWAY_TEST_SOURCE_DIR", CAUSEWAY_BUILT_SOURCE_DIR); }
+
 RuntimeOptions TestOptions(int accelerators) {
   RuntimeOptions o;
   o.accelerators = accelerators;
   o.validation = !EnvFlag("CAUSEWAY_TEST_NO_VALIDATION");
-  const char* dev = std::getenv("CAUSEWAY_TEST_DEVICE");
-  o.device = dev != nullptr ? dev : "cpu";
+  o.device = TestDevice();
   o.pipeline_cache_dir = "-";
   return o;
 }
 
 std::unique_ptr<Runtime> MakeRuntime(const RuntimeOptions& options) {
   auto rt = Runtime::Create(options);
-  EXPECT_TRUE(rt.ok()) << rt.status();
-  return rt.ok() ? std::move(rt).value() : nullptr;
+  // gtest fails the test that throws, with this message, and runs the next:
+  // no test goes on to use a runtime that is not there.
+  if (!rt.ok())
+    throw std::runtime_error(absl::StrCat("no runtime on '", options.device, "': ", rt.status().ToString()));
+  return std::move(rt).value();
 }
 
 void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration limit, absl::string_view what) {

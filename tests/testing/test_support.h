@@ -21,10 +21,25 @@
 
 namespace causeway::testing {
 
-// Options for tests: validation on, the CPU driver, a private pipeline cache.
+// The device tests run on: CAUSEWAY_TEST_DEVICE, else CAUSEWAY_DEVICE, else
+// "cpu" (lavapipe). The GPU check runs the suite with CAUSEWAY_DEVICE=gpu.
+std::string TestDevice();
+// "--device=" + TestDevice(), for the island processes and CLI runs tests start.
+std::string DeviceFlag();
+
+// Where the causeway binary, the shipped data (data/) and the source tree
+// (examples/, shaders/) are: where the build put them, unless
+// CAUSEWAY_TEST_CLI, CAUSEWAY_TEST_DATA_DIR or CAUSEWAY_TEST_SOURCE_DIR say
+// otherwise (a packed suite run on another machine, scripts/gpu-check.sh).
+const char* CliPath();
+const char* DataDir();
+const char* SourceDir();
+
+// Options for tests: validation on, TestDevice(), a private pipeline cache.
 RuntimeOptions TestOptions(int accelerators = 1);
 
-// Creates a runtime or fails the test.
+// Creates a runtime, or fails the test by throwing (gtest reports the
+// status and goes on with the next test).
 std::unique_ptr<Runtime> MakeRuntime(const RuntimeOptions& options);
 inline std::unique_ptr<Runtime> MakeRuntime(int accelerators = 1) {
   return MakeRuntime(TestOptions(accelerators));

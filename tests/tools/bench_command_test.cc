@@ -20,6 +20,7 @@
 #include "benchmarks/bench_report.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway {
 namespace {
@@ -60,7 +61,7 @@ Ran RunShell(const std::string& command, const fs::path& dir) {
   return r;
 }
 
-std::string Cli() { return CAUSEWAY_CLI; }
+std::string Cli() { return ::causeway::testing::CliPath(); }
 
 bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 

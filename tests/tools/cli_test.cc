@@ -35,7 +35,9 @@ using ::causeway::testing::ReadFile;
 using Result = ::causeway::testing::ProgramResult;
 
 // Runs the causeway binary with `args`.
-Result RunCli(const std::vector<std::string>& args) { return ::causeway::testing::RunProgram(CAUSEWAY_CLI, args); }
+Result RunCli(const std::vector<std::string>& args) {
+  return ::causeway::testing::RunProgram(::causeway::testing::CliPath(), args);
+}
 
 // The commands `causeway help` lists.
 std::vector<std::string> Commands() {
@@ -119,8 +121,13 @@ TEST(CliTest, IslandWritesItsTraceWhenStopped) {
   const std::string path = ::testing::TempDir() + "/cli_test_island.json";
   std::remove(path.c_str());
   const std::string out_path = ::testing::TempDir() + "/cli_test_island.out";
-  std::vector<std::string> all = {CAUSEWAY_CLI, "island", "--listen", "127.0.0.1:0", "--accelerators=1",
-                                  "--trace", path};
+  std::vector<std::string> all = {::causeway::testing::CliPath(),
+                                  "island",
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--accelerators=1",
+                                  "--trace",
+                                  path};
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -45,9 +45,9 @@ using ::causeway::testing::PipelineInCpp;
 using ::causeway::testing::TestOptions;
 using ::testing::HasSubstr;
 
-// The repository's examples/ (CAUSEWAY_SOURCE_DIR is set by the build, as an
+// The repository's examples/ (::causeway::testing::SourceDir() is set by the build, as an
 // absolute path; __FILE__ may be relative to the build directory).
-fs::path ExamplesDir() { return fs::path(CAUSEWAY_SOURCE_DIR) / "examples"; }
+fs::path ExamplesDir() { return fs::path(::causeway::testing::SourceDir()) / "examples"; }
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -309,7 +309,7 @@ TEST(ProgramFileTest, KernelFilesResolveRelativeToTheFile) {
   const std::string spv = BuiltinSpirvBytes("add");
   WriteFile(dir / "sub" / "kernels" / "add.spv", spv);
   WriteFile(dir / "sub" / "kernels" / "add.comp",
-            ReadFile(fs::path(CAUSEWAY_SOURCE_DIR) / "shaders" / "add.comp"));
+            ReadFile(fs::path(::causeway::testing::SourceDir()) / "shaders" / "add.comp"));
   auto rt = MakeRuntime(2);
   ASSERT_NE(rt, nullptr);
   for (const char* kernel : {"spirv_file: \"kernels/add.spv\"", "glsl_file: \"kernels/add.comp\""}) {
@@ -607,8 +607,9 @@ struct Ran {
 // Runs the causeway binary with `args` through the shell.
 Ran Cli(const std::string& args, const fs::path& dir) {
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const int status =
-      std::system(absl::StrCat(CAUSEWAY_CLI, " ", args, " >", out.string(), " 2>", err.string()).c_str());
+  const int status = std::system(
+      absl::StrCat(::causeway::testing::CliPath(), " ", args, " >", out.string(), " 2>", err.string())
+          .c_str());
   Ran r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = ReadFile(out);
@@ -655,8 +656,8 @@ TEST(RunCommandTest, RunsAnExampleAndWritesItsOutputs) {
   const fs::path dir = FreshDir("cli_run");
   const fs::path example = ExamplesDir() / "data_parallel.textproto";
   ASSERT_OK_AND_ASSIGN(ProgramFile file, ReadProgramFile(example.string()));
-  Ran r = Cli(absl::StrCat("run ", example.string(), " --device=cpu --validation --runs 5 --outputs ",
-                           (dir / "out").string()),
+  Ran r = Cli(absl::StrCat("run ", example.string(), " ", ::causeway::testing::DeviceFlag(),
+                           " --validation --runs 5 --outputs ", (dir / "out").string()),
               dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "");
@@ -675,8 +676,8 @@ TEST(RunCommandTest, RunsAnExampleAndWritesItsOutputs) {
 // Tests that several clients each report their rate.
 TEST(RunCommandTest, RunsSeveralClients) {
   const fs::path dir = FreshDir("cli_clients");
-  Ran r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(),
-                           " --device=cpu --validation --runs 4 --clients 2"),
+  Ran r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(), " ",
+                           ::causeway::testing::DeviceFlag(), " --validation --runs 4 --clients 2"),
               dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 clients x 4 runs on 2 accelerators"));
@@ -692,7 +693,8 @@ TEST(RunCommandTest, FailsOnAMalformedFileAndOnBadUsage) {
   text.replace(text.find("inputs: [\"x\", \"y\"]"), 18, "inputs: [\"x\", \"q\"]");
   WriteFile(dir / "bad.textproto", text);
   WriteFile(dir / "y.bin", Floats(std::vector<float>(8, 2.0f)));
-  Ran r = Cli(absl::StrCat("run ", (dir / "bad.textproto").string(), " --device=cpu"), dir);
+  Ran r = Cli(absl::StrCat("run ", (dir / "bad.textproto").string(), " ", ::causeway::testing::DeviceFlag()),
+              dir);
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat("causeway run: ", (dir / "bad.textproto").string(),
@@ -747,7 +749,8 @@ void main() {
 }
 inputs { value: "a" fill: 1 }
 )");
-  Ran r = Cli(absl::StrCat("run ", (dir / "peek.textproto").string(), " --device=cpu"), dir);
+  Ran r = Cli(absl::StrCat("run ", (dir / "peek.textproto").string(), " ", ::causeway::testing::DeviceFlag()),
+              dir);
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("PhysicalStorageBufferAddresses"));
 }
@@ -759,7 +762,8 @@ TEST(RunCommandTest, FailsWhenAnExpectationIsNotMet) {
   text.replace(text.find("fill: 3 }"), 9, "fill: 4 }");
   WriteFile(dir / "f.textproto", text);
   WriteFile(dir / "y.bin", Floats(std::vector<float>(8, 2.0f)));
-  Ran r = Cli(absl::StrCat("run ", (dir / "f.textproto").string(), " --device=cpu"), dir);
+  Ran r =
+      Cli(absl::StrCat("run ", (dir / "f.textproto").string(), " ", ::causeway::testing::DeviceFlag()), dir);
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.out, HasSubstr("expect: FAILED"));
   EXPECT_THAT(
@@ -772,15 +776,16 @@ TEST(RunCommandTest, FailsWhenAnExpectationIsNotMet) {
 TEST(RunCommandTest, ChecksTheGangOrder) {
   const fs::path dir = FreshDir("cli_order");
   const fs::path trace = dir / "run.json";
-  Ran r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(),
-                           " --device=cpu --runs 3 --check-order --trace ", trace.string()),
-              dir);
+  Ran r =
+      Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(), " ",
+                       ::causeway::testing::DeviceFlag(), " --runs 3 --check-order --trace ", trace.string()),
+          dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("order: ok ("));
   EXPECT_TRUE(fs::exists(trace));
   // Without --trace, the trace goes to a temporary file, removed after.
-  r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(),
-                       " --device=cpu --runs 2 --check-order"),
+  r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(), " ",
+                       ::causeway::testing::DeviceFlag(), " --runs 2 --check-order"),
           dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("order: ok ("));

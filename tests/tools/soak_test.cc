@@ -29,7 +29,9 @@ using ::causeway::testing::ReadFile;
 using Result = ::causeway::testing::ProgramResult;
 
 // Runs the causeway binary with `args`.
-Result RunCli(const std::vector<std::string>& args) { return ::causeway::testing::RunProgram(CAUSEWAY_CLI, args); }
+Result RunCli(const std::vector<std::string>& args) {
+  return ::causeway::testing::RunProgram(::causeway::testing::CliPath(), args);
+}
 
 // The number on the report line that starts with `name` (after the
 // indent), or -1.
@@ -46,7 +48,7 @@ TEST(SoakTest, ClientsRecoverFromKilledIslands) {
   // Kills from 3 s on, none in the last 14 s: time for the last restart and
   // the clients' reconnects, however slow the build.
   Result r = RunCli({"soak", "--duration=24s", "--kill-min=3s", "--kill-max=5s", "--settle=14s",
-                     "--report-every=2s", "--timeout=60s", "--device=cpu"});
+                     "--report-every=2s", "--timeout=60s", ::causeway::testing::DeviceFlag()});
   SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_GT(ReportValue(r.out, "programs ok"), 0);

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/trace.h"
+#include "tests/testing/test_support.h"
 
 namespace causeway::cli {
 namespace {
@@ -563,7 +564,7 @@ struct Cli {
   std::string out;
 };
 Cli RunCli(const std::string& args) {
-  std::string command = absl::StrCat("'", CAUSEWAY_CLI, "' ", args);
+  std::string command = absl::StrCat("'", ::causeway::testing::CliPath(), "' ", args);
   Cli result{-1, ""};
   std::FILE* p = popen(command.c_str(), "r");
   if (p == nullptr) return result;

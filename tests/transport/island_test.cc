@@ -55,11 +55,12 @@ constexpr absl::Duration kRunTimeout = absl::Seconds(30);
 // with validation on, or a failed test.
 std::unique_ptr<IslandProcess> StartIsland(const std::string& name, int accelerators,
                                            std::vector<std::string> extra = {}, const char* secret = nullptr) {
-  std::vector<std::string> args = {"--device=cpu", absl::StrCat("--accelerators=", accelerators), "--validation"};
+  std::vector<std::string> args = {::causeway::testing::DeviceFlag(),
+                                   absl::StrCat("--accelerators=", accelerators), "--validation"};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<std::string> env;
   if (secret != nullptr) env.push_back(absl::StrCat("CAUSEWAY_SECRET=", secret));
-  auto p = IslandProcess::Start(CAUSEWAY_CLI, name, args, env);
+  auto p = IslandProcess::Start(::causeway::testing::CliPath(), name, args, env);
   if (!p.ok()) {
     ADD_FAILURE() << p.status();
     return nullptr;
@@ -607,7 +608,8 @@ TEST(IslandServerTest, IslandDiesWithAKilledParent) {
   ASSERT_GE(parent, 0);
   if (parent == 0) {
     close(fds[0]);
-    auto island = IslandProcess::Start(CAUSEWAY_CLI, "orphan", {"--device=cpu", "--accelerators=1"});
+    auto island = IslandProcess::Start(::causeway::testing::CliPath(), "orphan",
+                                       {::causeway::testing::DeviceFlag(), "--accelerators=1"});
     const pid_t pid = island.ok() ? (*island)->pid() : -1;
     if (write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) _exit(1);
     pause();  // until killed
@@ -834,13 +836,15 @@ TEST(IslandServerTest, AClosedSpareLinkFromALivePeerFailsNoReceive) {
 TEST(IslandServerTest, LaunchedIslandsAreFoundThroughTheCoordinator) {
   int out[2];
   ASSERT_EQ(pipe(out), 0);
+  const std::string cli = ::causeway::testing::CliPath();
+  const std::string device = ::causeway::testing::DeviceFlag();
   pid_t launcher = fork();
   if (launcher == 0) {
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);
-    execl(CAUSEWAY_CLI, "causeway", "launch", "-n", "2", "--", "--device=cpu", "--accelerators=2", "--validation",
-          static_cast<char*>(nullptr));
+    execl(cli.c_str(), "causeway", "launch", "-n", "2", "--", device.c_str(), "--accelerators=2",
+          "--validation", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);

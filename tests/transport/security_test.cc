@@ -38,9 +38,9 @@ constexpr absl::Duration kDeadline = absl::Seconds(30);
 
 std::unique_ptr<IslandProcess> StartIsland(const std::string& name, std::vector<std::string> extra = {},
                                            std::vector<std::string> env = {}) {
-  std::vector<std::string> args = {"--device=cpu", "--accelerators=1", "--validation"};
+  std::vector<std::string> args = {::causeway::testing::DeviceFlag(), "--accelerators=1", "--validation"};
   args.insert(args.end(), extra.begin(), extra.end());
-  auto p = IslandProcess::Start(CAUSEWAY_CLI, name, args, env);
+  auto p = IslandProcess::Start(::causeway::testing::CliPath(), name, args, env);
   if (!p.ok()) {
     ADD_FAILURE() << p.status();
     return nullptr;
@@ -218,7 +218,7 @@ TEST(SecurityTest, TrafficAfterTheHandshakeIsNotEncrypted) {
 // threat model cannot claim a test that is gone or renamed.
 TEST(SecurityTest, EveryTestTheThreatModelNamesExists) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(CAUSEWAY_DATA_DIR).parent_path();
+  const fs::path root = fs::path(::causeway::testing::DataDir()).parent_path();
   std::ifstream doc(root / "docs" / "security.md");
   ASSERT_TRUE(doc.good()) << "docs/security.md";
   const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
