@@ -123,10 +123,8 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
                                                         " accelerators"));
     }
     plan.shared_device = true;
-  } else if (options.sharing == "devices") {
+  } else if (options.sharing == "devices" || options.sharing == "auto" || options.sharing.empty()) {
     plan.shared_device = false;
-  } else if (options.sharing == "auto" || options.sharing.empty()) {
-    plan.shared_device = plan.accelerators > 1 && queues >= static_cast<uint32_t>(plan.accelerators);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("sharing must be auto, queues or devices, got '",
                                                    options.sharing, "'"));

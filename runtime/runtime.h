@@ -38,8 +38,10 @@ struct RuntimeOptions {
   uint32_t ring_capacity = 0;
   // VK_LAYER_KHRONOS_validation (also CAUSEWAY_VALIDATION=1).
   bool validation = false;
-  // "auto": queues of one VkDevice where the device has enough, else one
-  // VkDevice per accelerator; "queues" or "devices" to insist.
+  // "devices" (and "auto"): one VkDevice per accelerator, the path every
+  // test runs on lavapipe; "queues": queues of one VkDevice, which the GPU
+  // check found deadlocking (absl's detector, collectives and reshards on an
+  // H200) and which no driver in CI can run, so it is asked for, never chosen.
   std::string sharing = "auto";
   // Copies between accelerators of at least this many bytes a device go by
   // the destination's copy engine, off its queue, where device memory is

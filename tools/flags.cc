@@ -104,11 +104,13 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
       {"device", "auto, gpu, discrete, integrated, cpu, an index or a UUID (env CAUSEWAY_DEVICE)", ""},
       {"memory-budget", "device memory per accelerator, e.g. 512MiB (env CAUSEWAY_MEMORY_BUDGET)", ""},
       {"ring-slots", "in-flight submissions per accelerator (env CAUSEWAY_RING_SLOTS)", ""},
-      {"sharing", "auto, queues (one VkDevice) or devices (one VkDevice each)", "auto"},
+      {"sharing", "auto or devices (one VkDevice each), queues (one VkDevice; not yet sound, see README)",
+       "auto"},
       {"validation", "turn on the Vulkan validation layer (env CAUSEWAY_VALIDATION)", "", true},
-      {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true", true},
-      {"copy-engine", "move copies of this size or more off the queues, e.g. 4MiB, or off (env CAUSEWAY_COPY_ENGINE)",
-       ""},
+      {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true",
+       true},
+      {"copy-engine",
+       "move copies of this size or more off the queues, e.g. 4MiB, or off (env CAUSEWAY_COPY_ENGINE)", ""},
   };
 }
 
