@@ -100,7 +100,12 @@ int Main(int argc, char** argv) {
     }
   }
 
-  const std::string corpus_path = std::string(CAUSEWAY_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
+  // The shipped corpus, where the source tree was, or where CAUSEWAY_CORPUS
+  // says (binaries packed for another machine, scripts/gpu-check.sh).
+  const char* corpus_env = std::getenv("CAUSEWAY_CORPUS");
+  const std::string corpus_path = corpus_env != nullptr && corpus_env[0] != '\0'
+                                      ? std::string(corpus_env)
+                                      : std::string(CAUSEWAY_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
   const models::TextCorpus corpus = Must(models::TextCorpus::Load(corpus_path), "TextCorpus::Load");
   RuntimeOptions options;
   options.accelerators = accelerators;

@@ -719,18 +719,25 @@ double ShareSample(Island& island, std::vector<std::unique_ptr<Weighted>>& clien
   for (auto& c : clients) threads.emplace_back([&, c = c.get()] { c->Feed(stop); });
   absl::SleepFor(absl::Seconds(window / 4));  // every client's queue filled
   auto before = island.scheduler().DeviceTime();
-  absl::SleepFor(absl::Seconds(window));
-  auto after = island.scheduler().DeviceTime();
-  stop.store(true);
-  for (auto& t : threads) t.join();
+  // Device time is counted as calls finish: on a loaded machine a short
+  // window can close before the first one does, so it stretches until one has.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
   double total = 0, weights = 0, worst = 0;
   std::vector<double> ns;
-  for (size_t i = 0; i < clients.size(); ++i) {
-    ns.push_back(static_cast<double>(after[clients[i]->id()] - before[clients[i]->id()]));
-    total += ns.back();
-    weights += kShareWeights[i];
-  }
-  if (total <= 0) Die("shares: no device time measured in the window");
+  do {
+    absl::SleepFor(absl::Seconds(window));
+    auto after = island.scheduler().DeviceTime();
+    total = 0;
+    ns.clear();
+    for (size_t i = 0; i < clients.size(); ++i) {
+      ns.push_back(static_cast<double>(after[clients[i]->id()] - before[clients[i]->id()]));
+      total += ns.back();
+    }
+  } while (total <= 0 && absl::Now() < give_up);
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < clients.size(); ++i) weights += kShareWeights[i];
+  if (total <= 0) Die("shares: no gang call finished in 30 s");
   for (size_t i = 0; i < clients.size(); ++i) {
     const double share = ns[i] / total, target = kShareWeights[i] / weights;
     sum[i] += share;

@@ -16,7 +16,11 @@ mkdir -p "$REPORT"
 REPORT=$(cd "$REPORT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/causeway-gpu-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-tar -C "$WORK" -xJf "$HERE/payload.tar.xz"
+if command -v xz >/dev/null; then
+  xz -dc "$HERE/payload.tar.xz" | tar -C "$WORK" -xf -
+else
+  LD_LIBRARY_PATH="$HERE/xz" "$HERE/xz/xz" -dc "$HERE/payload.tar.xz" | tar -C "$WORK" -xf -
+fi
 
 export CAUSEWAY_DEVICE=${CAUSEWAY_DEVICE:-gpu}
 export LD_LIBRARY_PATH="$WORK/lib:/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -24,6 +28,7 @@ export VK_LAYER_PATH="$WORK/layers"
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-$WORK}
 export CAUSEWAY_TEST_CLI="$WORK/bin/causeway" CAUSEWAY_TEST_DATA_DIR="$WORK/src/data"
 export CAUSEWAY_TEST_SOURCE_DIR="$WORK/src" CAUSEWAY_BENCH_DIR="$WORK/bin"
+export CAUSEWAY_CORPUS="$WORK/src/data/kjv-genesis-exodus.txt"
 # The loader finds drivers in its usual folders; NVIDIA's container images
 # keep the manifest under /usr/local/nvidia, which it does not search.
 if [[ -z ${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-} ]]; then

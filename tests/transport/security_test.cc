@@ -218,7 +218,7 @@ TEST(SecurityTest, TrafficAfterTheHandshakeIsNotEncrypted) {
 // threat model cannot claim a test that is gone or renamed.
 TEST(SecurityTest, EveryTestTheThreatModelNamesExists) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(::causeway::testing::DataDir()).parent_path();
+  const fs::path root = ::causeway::testing::SourceDir();
   std::ifstream doc(root / "docs" / "security.md");
   ASSERT_TRUE(doc.good()) << "docs/security.md";
   const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
