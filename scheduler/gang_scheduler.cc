@@ -288,6 +288,7 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     }
   }
   if (mode_ == DispatchMode::kSequential) {
+    if (await_hook_) await_hook_(run.client(), s);
     for (auto& f : *futures) (void)f.AwaitStatus();
   }
   if (s + 1 >= run.step_count()) exe.FinishDispatch(run, absl::OkStatus(), s + 1);

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -78,6 +79,14 @@ class GangScheduler {
   // policy only: FIFO does not time its submissions).
   absl::flat_hash_map<ClientId, int64_t> DeviceTime() const;
   DispatchMode mode() const { return mode_; }
+
+  // Called by the dispatching thread, holding no lock, each time sequential
+  // dispatch is about to await a gang call it has submitted: `client`'s
+  // step `step`. A test may block in it to act while the dispatcher is
+  // inside that call. Set before any run is queued.
+  void SetSequentialAwaitHookForTesting(std::function<void(ClientId client, size_t step)> hook) {
+    await_hook_ = std::move(hook);
+  }
 
  private:
   // Device time of one client, written by retirement callbacks.
@@ -155,6 +164,7 @@ class GangScheduler {
   bool record_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<GangCall> order_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  std::function<void(ClientId, size_t)> await_hook_;
   std::thread thread_;
 };
 

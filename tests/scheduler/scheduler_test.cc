@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -23,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -721,23 +723,26 @@ void CloseOneOfTwoClients(bool while_in_execute) {
       ++b_submitted;
     }
     if (!while_in_execute) {
-      // Every run handed to the devices, none being dispatched.
+      // Every run handed to the devices.
       absl::Time deadline = absl::Now() + kRunTimeout;
       for (const Execution& run : b_runs) {
         while (!run.state->dispatched() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
       }
-      absl::SleepFor(absl::Milliseconds(2));
       b_ready_to_close.store(true);
     }
+  };
+  // Pauses A with nothing of its own in flight, and resumes it.
+  auto pause_a_drained = [&] {
+    pause_a.store(true);
+    absl::Time deadline = absl::Now() + kRunTimeout;
+    while (!a_paused.load() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(100));
+    EXPECT_TRUE(a_paused.load()) << "a did not pause";
   };
   // Memory in use with A drained; with `flush`, also once the devices have
   // given back what was released. (Not before B closes: B's last runs must
   // still be on the devices then.)
   auto measure_with_a_paused = [&](bool flush) -> uint64_t {
-    pause_a.store(true);
-    absl::Time deadline = absl::Now() + kRunTimeout;
-    while (!a_paused.load() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(100));
-    EXPECT_TRUE(a_paused.load()) << "a did not pause";
+    pause_a_drained();
     if (flush) {
       for (Accelerator* acc : rt->accelerators()) EXPECT_OK(acc->Flush(absl::Now() + kRunTimeout));
     }
@@ -750,18 +755,40 @@ void CloseOneOfTwoClients(bool while_in_execute) {
     while ((a_done.load() < 10 || b_submitted.load() < 3) && absl::Now() < deadline) {
       absl::SleepFor(absl::Microseconds(200));
     }
-    if (!while_in_execute) {
-      stop_b.store(true);
-      while (!b_ready_to_close.load() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
+    if (while_in_execute) {
+      b_held = b->bytes_held();
+      memory_before = measure_with_a_paused(/*flush=*/false);
+      b->Close();
+      b_closed.store(true);
+      return;
     }
-    if (!while_in_execute) {
-      for (const Execution& run : b_runs)
-        b_unfinished += absl::IsDeadlineExceeded(run.Await(absl::InfinitePast()));
+    stop_b.store(true);
+    while (!b_ready_to_close.load() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
+    // B's last runs are held on the devices while B closes: each queue first
+    // waits for a promise the test keeps until then.
+    pause_a_drained();
+    auto [release, released] = MakePromise();
+    for (Accelerator* acc : rt->accelerators()) {
+      absl::StatusOr<std::shared_ptr<CommandList>> hold = acc->CreateCommandList("hold");
+      ASSERT_TRUE(hold.ok()) << hold.status();
+      acc->Submit(*hold, {released});
+    }
+    for (int r = 0; r < 2; ++r) {
+      auto run = b->Execute(chain_b.exe, chain_b.Inputs(b_x));
+      ASSERT_TRUE(run.ok()) << run.status();
+      b_runs.push_back(*std::move(run));
+      ++b_submitted;
+    }
+    for (const Execution& run : b_runs) {
+      while (!run.state->dispatched() && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(200));
+      b_unfinished += absl::IsDeadlineExceeded(run.Await(absl::InfinitePast()));
     }
     b_held = b->bytes_held();
-    memory_before = measure_with_a_paused(/*flush=*/false);
+    memory_before = MemoryInUse(*rt);
     b->Close();
     b_closed.store(true);
+    release.Set(absl::OkStatus());
+    pause_a.store(false);
   };
   auto b_then_a = [&] {
     std::thread t(run_b);
@@ -786,8 +813,8 @@ void CloseOneOfTwoClients(bool while_in_execute) {
       memory_after);
   EXPECT_GE(a_done_after_close, 20) << "a stopped running when b closed";
   if (!while_in_execute) {
-    // B's last runs (milliseconds each) were still on the devices.
-    EXPECT_GT(b_unfinished, 0);
+    // The two runs behind the hold, at least, were still on the devices.
+    EXPECT_GE(b_unfinished, 2);
   } else {
     EXPECT_TRUE(absl::IsFailedPrecondition(b_refusal)) << b_refusal;
     EXPECT_THAT(b_refusal.message(), HasSubstr("closed"));
@@ -987,39 +1014,63 @@ TEST(SchedulerTest, ClosingAClientDuringItsGangCall) {
                     ASSERT_OK_AND_ASSIGN(ArrayRef b_x, chain_b.NewInput(*b, xh));
                     ASSERT_OK(rt->accelerators()[0]->Flush(absl::Now() + kRunTimeout));
 
+                    // The dispatcher stops where the test wants it: inside A's first gang
+                    // call until B's runs are queued, and inside the first gang call of
+                    // B's second run until B is closed.
+                    absl::Notification a_inside, b_queued, b_inside, b_closed;
+                    int b_first_steps = 0;  // dispatcher threads only, one at a time
+                    island->scheduler().SetSequentialAwaitHookForTesting([&](ClientId client, size_t step) {
+                      if (client == a->id() && !a_inside.HasBeenNotified()) {
+                        a_inside.Notify();
+                        b_queued.WaitForNotification();
+                      } else if (client == b->id() && step == 0 && ++b_first_steps == 2) {
+                        b_inside.Notify();
+                        b_closed.WaitForNotification();
+                      }
+                    });
+
                     // A's thread dispatches A's long run itself (the scheduler was idle),
                     // so B's runs queue behind it and go to the dispatcher thread.
                     Execution a_run;
-                    std::atomic<bool> a_dispatching{false};
                     std::thread a_thread([&] {
-                      a_dispatching.store(true);
                       auto run = a->Execute(chain_a.exe, chain_a.Inputs(a_x));
                       EXPECT_TRUE(run.ok()) << run.status();
                       if (run.ok()) a_run = *std::move(run);
                     });
-                    while (!a_dispatching.load()) absl::SleepFor(absl::Microseconds(100));
-                    absl::SleepFor(absl::Milliseconds(2));
+                    // A failed assertion below must not leave a thread blocked in the hook.
+                    absl::Cleanup release = [&] {
+                      if (!b_queued.HasBeenNotified()) b_queued.Notify();
+                      if (!b_closed.HasBeenNotified()) b_closed.Notify();
+                      if (a_thread.joinable()) a_thread.join();
+                    };
+                    a_inside.WaitForNotification();
                     std::vector<Execution> b_runs;
                     for (int r = 0; r < 6; ++r) {
                       ASSERT_OK_AND_ASSIGN(Execution run, b->Execute(chain_b.exe, chain_b.Inputs(b_x)));
                       b_runs.push_back(std::move(run));
                     }
-                    // Once B's first run is through, the dispatcher is awaiting its second.
-                    absl::Time deadline = absl::Now() + kRunTimeout;
-                    while (!b_runs[0].state->dispatched() && absl::Now() < deadline)
-                      absl::SleepFor(absl::Microseconds(50));
+                    b_queued.Notify();
+                    // The dispatcher has dispatched B's first run and awaits the first call
+                    // of its second.
+                    b_inside.WaitForNotification();
                     ASSERT_TRUE(b_runs[0].state->dispatched());
-                    absl::SleepFor(absl::Milliseconds(1));
                     b->Close();
                     // What each B run reports right after the close, where it is final.
                     std::vector<absl::Status> first(b_runs.size());
                     for (size_t r = 0; r < b_runs.size(); ++r)
                       first[r] = b_runs[r].Await(absl::InfinitePast());
+                    b_closed.Notify();
                     a_thread.join();
                     ASSERT_OK(a_run.Await(absl::Now() + kRunTimeout));
                     for (size_t r = 0; r < b_runs.size(); ++r) {
                       absl::Status last = b_runs[r].Await(absl::Now() + kRunTimeout);
-                      EXPECT_TRUE(last.ok() || absl::IsCancelled(last)) << "b's run " << r << ": " << last;
+                      // Runs 0 and 1 were on the device when B closed and finish; the rest
+                      // had not been dispatched and are cancelled.
+                      if (r < 2) {
+                        EXPECT_TRUE(last.ok()) << "b's run " << r << ": " << last;
+                      } else {
+                        EXPECT_ERROR(last, absl::StatusCode::kCancelled, "client 'b' closed");
+                      }
                       if (!absl::IsDeadlineExceeded(first[r])) {
                         EXPECT_EQ(first[r], last) << "b's run " << r << " reported one outcome, then another";
                       }
