@@ -6,7 +6,9 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -84,6 +86,23 @@ int CountEntries(const char* dir);
 // their own schedule (slower under sanitizers and load):
 // CountEntries(dir) once it reads the same over `quiet` (for a baseline),
 // giving up after `limit`.
+// The value of `result`, or a std::runtime_error carrying its status, which
+// gtest reports as a failure of the running test: for setup whose failure
+// leaves nothing to test, in a test body or fixture (never on a thread of
+// the test's own, where an exception ends the process).
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().ToString());
+  return *std::move(result);
+}
+
+// How late a thread may run past its deadline on a loaded machine under
+// sanitizers (two suites at once on two cores at load 4 have descheduled a
+// thread for over a second). A bound of deadline + kSchedulingSlack tells a
+// deadline that was kept from one that was ignored, which would wait far
+// longer or for ever; it is not a measure of precision.
+inline constexpr absl::Duration kSchedulingSlack = absl::Seconds(5);
+
 int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(200),
                    absl::Duration limit = absl::Seconds(10));
 // CountEntries(dir) once it equals `want`, or after `limit`: the count to

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -52,12 +54,47 @@ using ::testing::HasSubstr;
 using testing::In;
 using testing::ListenOnLoopback;
 
-// Fast heartbeats and a short timeout, so that faults show within a second.
-ConnectionOptions FastOptions() {
+// Frequent heartbeats and a patient peer timeout. A killed or closed peer
+// shows at once (its socket closes), so only the tests of the timeout itself
+// shorten it (WithPeerTimeout): a process descheduled for a second or two
+// under sanitizers and load must not pass for a dead peer.
+ConnectionOptions TestOptions() {
   ConnectionOptions options;
   options.heartbeat_interval = absl::Milliseconds(100);
-  options.peer_timeout = absl::Seconds(1);
+  options.peer_timeout = absl::Seconds(30);
   return options;
+}
+
+ConnectionOptions WithPeerTimeout(absl::Duration timeout) {
+  ConnectionOptions options = TestOptions();
+  options.peer_timeout = timeout;
+  return options;
+}
+
+// A gate that Echo's "gate" payload waits on until the test opens it, so a
+// test holds a handler mid-call without guessing how long to sleep.
+class Gate {
+ public:
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&open_));
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+};
+Gate& HandlerGate() {
+  static Gate* gate = new Gate;
+  return *gate;
 }
 
 ClientHandshakeOptions ClientOptions() {
@@ -79,10 +116,12 @@ Request Ping(absl::string_view payload) {
 }
 
 // Answers a ping with a pong of the same payload. "sleep:<ms>" sleeps that
-// long first; "fail" answers NotFound.
+// long first; "gate" waits until HandlerGate() is open; "fail" answers
+// NotFound.
 absl::StatusOr<Response> Echo(const Request& request) {
   const std::string& payload = request.ping().payload();
   if (payload == "fail") return absl::NotFoundError("no program named 'fail'");
+  if (payload == "gate") HandlerGate().Wait();
   if (absl::StartsWith(payload, "sleep:")) {
     int ms = 0;
     if (absl::SimpleAtoi(payload.substr(6), &ms)) absl::SleepFor(absl::Milliseconds(ms));
@@ -101,14 +140,15 @@ struct ConnectionPair {
 // Accepts on `listener` while connecting to it, each on a thread of its own.
 ConnectionPair Connect(Socket& listener, RequestHandler client_handler = Echo,
                        RequestHandler server_handler = Echo,
-                       const ConnectionOptions& server_options = FastOptions()) {
+                       const ConnectionOptions& server_options = TestOptions(),
+                       const ConnectionOptions& client_options = TestOptions()) {
   ConnectionPair pair;
   absl::StatusOr<SocketAddress> address = AddressOf(listener);
   EXPECT_TRUE(address.ok()) << address.status();
   if (!address.ok()) return pair;
   RunConcurrently({[&] {
                      absl::StatusOr<std::unique_ptr<Connection>> client =
-                         Connection::Connect(*address, ClientOptions(), FastOptions(), client_handler);
+                         Connection::Connect(*address, ClientOptions(), client_options, client_handler);
                      EXPECT_TRUE(client.ok()) << client.status();
                      if (client.ok()) pair.client = *std::move(client);
                    },
@@ -131,7 +171,7 @@ struct RawPair {
   Socket client;
   std::unique_ptr<Connection> server;
 };
-RawPair ConnectRaw(Socket& listener, const ConnectionOptions& options = FastOptions(),
+RawPair ConnectRaw(Socket& listener, const ConnectionOptions& options = TestOptions(),
                    RequestHandler handler = Echo) {
   RawPair pair;
   absl::StatusOr<SocketAddress> address = AddressOf(listener);
@@ -272,7 +312,7 @@ std::string Compare(absl::Span<const uint8_t> got, absl::Span<const uint8_t> wan
 
 // Options whose data sink is `collector`'s.
 ConnectionOptions WithSink(Collector& collector) {
-  ConnectionOptions options = FastOptions();
+  ConnectionOptions options = TestOptions();
   options.data_sink = collector.Sink();
   return options;
 }
@@ -374,14 +414,15 @@ TEST(ConnectionTest, NoHandlerAnswersUnimplemented) {
 // Tests that a call not answered by its deadline fails with DeadlineExceeded,
 // that the late response is dropped, and that the connection still works.
 TEST_F(ConnectedTest, DeadlineExceededThenTheConnectionStillWorks) {
+  // The handler holds its response until the gate opens, after the call has
+  // returned: the call can only have ended at its deadline.
+  HandlerGate().Close();
   const absl::Time start = absl::Now();
-  EXPECT_ERROR(pair_.client->Call(Ping("sleep:2000"), In(absl::Milliseconds(50))).status(),
+  EXPECT_ERROR(pair_.client->Call(Ping("gate"), In(absl::Milliseconds(50))).status(),
                absl::StatusCode::kDeadlineExceeded, "no response from peer 'server-island'");
-  // The bound tells a call that gave up at its deadline from one that waited
-  // for the response (2 s); the margin (30 times the deadline) absorbs
-  // descheduling under sanitizers and load.
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500));
-  // The handler may still be sleeping: this call's deadline leaves it room.
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  HandlerGate().Open();
+  // The late response is dropped; the next call gets its own.
   ASSERT_OK_AND_ASSIGN(Response pong, pair_.client->Call(Ping("after"), In(absl::Seconds(15))));
   EXPECT_EQ(pong.pong().payload(), "after");
   EXPECT_OK(pair_.client->status());
@@ -397,10 +438,19 @@ TEST_F(ConnectedTest, OversizedRequestFailsWithoutHarm) {
 }
 
 // Tests that heartbeats keep an idle connection alive past peer_timeout.
-TEST_F(ConnectedTest, HeartbeatsKeepAnIdleConnectionUp) {
-  absl::SleepFor(FastOptions().peer_timeout * 1.5);
-  EXPECT_OK(pair_.client->status());
-  EXPECT_OK(pair_.server->status());
+// Idleness is the feature, so this test sleeps: 1.5 times a peer timeout of
+// 3 s, 30 heartbeats, which a process descheduled under load still sends.
+TEST(HeartbeatTest, HeartbeatsKeepAnIdleConnectionUp) {
+  const ConnectionOptions options = WithPeerTimeout(absl::Seconds(3));
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  ConnectionPair pair = Connect(listener, Echo, Echo, options, options);
+  ASSERT_NE(pair.client, nullptr);
+  ASSERT_NE(pair.server, nullptr);
+  absl::SleepFor(options.peer_timeout * 1.5);
+  EXPECT_OK(pair.client->status());
+  EXPECT_OK(pair.server->status());
+  ASSERT_OK_AND_ASSIGN(Response pong, pair.client->Call(Ping("still up"), In(absl::Seconds(5))));
+  EXPECT_EQ(pong.pong().payload(), "still up");
 }
 
 // Tests that Close tells the peer why, and fails later calls on both sides.
@@ -467,18 +517,25 @@ TEST_F(RawClientTest, MalformedFrameHeaderClosesTheConnection) {
                "malformed frame from peer 'raw-client'", "magic");
 }
 
-// Forks a child that accepts one connection on `listener` and serves it with
-// Echo until the connection ends. The parent has no other threads then, so
-// the child may make its own.
-pid_t ForkServer(Socket& listener) {
+// Forks a child that accepts one connection on `listener` and serves it
+// until the connection ends: Echo, except that a "hold" call writes a byte to
+// `held` and never returns. The parent has no other threads then, so the
+// child may make its own.
+pid_t ForkServer(Socket& listener, const ConnectionOptions& options, int held) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  absl::StatusOr<Socket> socket = listener.Accept(In(absl::Seconds(10)));
+  absl::StatusOr<Socket> socket = listener.Accept(In(absl::Seconds(30)));
   if (!socket.ok()) _exit(2);
+  auto handler = [held](const Request& request) -> absl::StatusOr<Response> {
+    if (request.ping().payload() != "hold") return Echo(request);
+    const char byte = 'h';
+    if (write(held, &byte, 1) != 1) _exit(4);
+    for (;;) pause();
+  };
   absl::StatusOr<std::unique_ptr<Connection>> server =
-      Connection::Accept(*std::move(socket), ServerOptions(), FastOptions(), Echo);
+      Connection::Accept(*std::move(socket), ServerOptions(), options, handler);
   if (!server.ok()) _exit(3);
-  AwaitFailure(**server, absl::Seconds(20)).IgnoreError();
+  AwaitFailure(**server, absl::Seconds(120)).IgnoreError();
   _exit(0);  // no destructors, no gtest teardown in the child
 }
 
@@ -486,37 +543,49 @@ pid_t ForkServer(Socket& listener) {
 // the server: how the call ends and how long after the fault.
 struct FaultOutcome {
   absl::Status call = absl::UnknownError("not run");
-  absl::Duration after_fault;
+  absl::Duration after_fault = absl::InfiniteDuration();
   std::string port;
 };
-FaultOutcome CallThrough(int fault) {
+// The fault is sent once the server's handler holds the call (it says so on a
+// pipe), so the call is pending then whatever the scheduling. `options` are
+// the client's; the child is patient, so only the client's timeout counts.
+FaultOutcome CallThrough(int fault, const ConnectionOptions& options, absl::Duration call_deadline) {
   FaultOutcome outcome;
+  int held[2];
+  if (pipe(held) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return outcome;
+  }
   absl::StatusOr<Socket> listener = ListenOnLoopback();
   EXPECT_TRUE(listener.ok()) << listener.status();
   if (!listener.ok()) return outcome;
   outcome.port = absl::StrCat(":", listener->port());
   absl::StatusOr<SocketAddress> address = AddressOf(*listener);
-  const pid_t child = ForkServer(*listener);
+  const pid_t child = ForkServer(*listener, TestOptions(), held[1]);
   EXPECT_GT(child, 0);
   if (child <= 0) return outcome;
   listener->Close();
+  close(held[1]);
   absl::StatusOr<std::unique_ptr<Connection>> client =
-      Connection::Connect(*address, ClientOptions(), FastOptions(), Echo);
+      Connection::Connect(*address, ClientOptions(), options, Echo);
   EXPECT_TRUE(client.ok()) << client.status();
   if (client.ok()) {
-    absl::StatusOr<Response> warmup = (*client)->Call(Ping("warm-up"), In(absl::Seconds(5)));
+    absl::StatusOr<Response> warmup = (*client)->Call(Ping("warm-up"), In(absl::Seconds(30)));
     EXPECT_TRUE(warmup.ok()) << warmup.status();
-    absl::Time fault_time;
+    std::optional<absl::Time> fault_time;
     std::thread faulter([&] {
-      absl::SleepFor(absl::Milliseconds(100));  // the call below is pending by then
+      char byte;
+      if (read(held[0], &byte, 1) != 1) return;  // the child died first
       fault_time = absl::Now();
       kill(child, fault);
     });
-    // The child sleeps 10 s in its handler: longer than the whole test waits.
-    outcome.call = (*client)->Call(Ping("sleep:10000"), In(absl::Seconds(8))).status();
-    outcome.after_fault = absl::Now() - fault_time;
+    outcome.call = (*client)->Call(Ping("hold"), In(call_deadline)).status();
+    const absl::Time ended = absl::Now();
+    if (!outcome.call.ok()) kill(child, SIGKILL);  // unblocks the faulter if the fault never came
     faulter.join();
+    if (fault_time.has_value()) outcome.after_fault = ended - *fault_time;
   }
+  close(held[0]);
   kill(child, SIGKILL);  // a stopped child dies too
   int wstatus = 0;
   EXPECT_EQ(waitpid(child, &wstatus, 0), child);
@@ -526,25 +595,30 @@ FaultOutcome CallThrough(int fault) {
 // Tests that a pending call fails with Unavailable, naming the peer, soon
 // after the peer process is killed.
 TEST(ConnectionTest, PeerKilledMidCallFailsThePendingCall) {
-  FaultOutcome outcome = CallThrough(SIGKILL);
+  // A peer timeout and a call deadline of 30 s: the kill must be seen from the
+  // closed socket, not from silence.
+  FaultOutcome outcome = CallThrough(SIGKILL, TestOptions(), absl::Seconds(30));
   EXPECT_ERROR(outcome.call, absl::StatusCode::kUnavailable, "'server-island'", "127.0.0.1" + outcome.port);
-  // Soon: well before the call's own deadline (8 s) or the handler's reply
-  // (10 s); the socket's close is seen at once, and the 4 s bound leaves
+  // The close is seen at once; 10 s tells that from the 30 s timeouts with
   // room for a loaded sanitizer build.
-  EXPECT_LT(outcome.after_fault, absl::Seconds(4));
+  EXPECT_LT(outcome.after_fault, absl::Seconds(10));
 }
 
 // Tests that a peer that stops (SIGSTOP) with its connection open is caught
 // by the heartbeat timeout, and the pending call fails saying how long the
 // peer was silent.
 TEST(ConnectionTest, StoppedPeerIsCaughtByTheHeartbeat) {
-  FaultOutcome outcome = CallThrough(SIGSTOP);
+  // 3 s of silence (30 heartbeats missed) is a stopped peer, not a loaded one.
+  const ConnectionOptions options = WithPeerTimeout(absl::Seconds(3));
+  FaultOutcome outcome = CallThrough(SIGSTOP, options, absl::Seconds(30));
   EXPECT_ERROR(outcome.call, absl::StatusCode::kUnavailable, "'server-island'", "127.0.0.1" + outcome.port,
                "was silent for");
-  // Not before the peer timeout (load only makes it later), and long before
-  // the call's own deadline (8 s), which would fail it with DeadlineExceeded.
-  EXPECT_GT(outcome.after_fault, FastOptions().peer_timeout - FastOptions().heartbeat_interval * 2);
-  EXPECT_LT(outcome.after_fault, FastOptions().peer_timeout + absl::Seconds(3));
+  // Not much before the peer timeout (silence counts from the child's last
+  // heartbeat, which a loaded child may have sent a while before it was
+  // stopped), and long before the call's own deadline (30 s), which would
+  // fail it with DeadlineExceeded.
+  EXPECT_GT(outcome.after_fault, options.peer_timeout / 2);
+  EXPECT_LT(outcome.after_fault, options.peer_timeout + causeway::testing::kSchedulingSlack);
 }
 
 // Tests that destroying connections, healthy or failed, leaves no thread and
@@ -599,7 +673,7 @@ TEST(NotifyTest, NotificationReachesTheHandler) {
 TEST(NotifyTest, NotificationGetsNoResponseOnTheWire) {
   Recorder recorder;
   ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
-  RawPair raw = ConnectRaw(listener, FastOptions(), recorder.Handler());
+  RawPair raw = ConnectRaw(listener, TestOptions(), recorder.Handler());
   ASSERT_NE(raw.server, nullptr);
 
   Envelope note;
@@ -790,7 +864,7 @@ TEST(SendDataTest, ConcurrentSendsDoNotInterleaveInsideAChunk) {
 TEST(SendDataTest, DeclinedBytesAreDropped) {
   std::atomic<int> begun{0};
   std::atomic<int> ended{0};
-  ConnectionOptions options = FastOptions();
+  ConnectionOptions options = TestOptions();
   options.data_sink.begin = [&](const DataHeader&) -> absl::StatusOr<uint8_t*> {
     ++begun;
     return nullptr;
@@ -813,7 +887,7 @@ TEST(SendDataTest, DeclinedBytesAreDropped) {
 // Tests that a sink's error fails the connection with DataLoss carrying its
 // message, and that the sender is told that reason in a goodbye.
 TEST(SendDataTest, SinkErrorFailsTheConnection) {
-  ConnectionOptions options = FastOptions();
+  ConnectionOptions options = TestOptions();
   options.data_sink.begin = [](const DataHeader& header) -> absl::StatusOr<uint8_t*> {
     return absl::ResourceExhaustedError(absl::StrCat("no room for stream ", header.stream()));
   };
@@ -931,7 +1005,9 @@ TEST(SendDataTest, PeerSilentMidPayloadTimesOut) {
   constexpr uint64_t kLength = uint64_t{1} << 20;
   Collector collector;
   ConnectionOptions options = WithSink(collector);
-  options.peer_timeout = absl::Milliseconds(300);
+  // Long enough that the raw client, which sends no heartbeats, is not
+  // timed out before it stalls, even when descheduled under load.
+  options.peer_timeout = absl::Seconds(2);
   ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
   RawPair raw = ConnectRaw(listener, options);
   ASSERT_NE(raw.server, nullptr);
@@ -942,14 +1018,14 @@ TEST(SendDataTest, PeerSilentMidPayloadTimesOut) {
   ASSERT_OK(raw.client.WriteAll({data_frame, half}, In(absl::Seconds(5))));
   const absl::Time stalled = absl::Now();
 
-  EXPECT_ERROR(AwaitFailure(*raw.server, absl::Seconds(10)), absl::StatusCode::kUnavailable, "'raw-client'",
+  EXPECT_ERROR(AwaitFailure(*raw.server, absl::Seconds(30)), absl::StatusCode::kUnavailable, "'raw-client'",
                "was silent for", "reading the payload of data (stream 1, tag 1");
   const absl::Duration waited = absl::Now() - stalled;
   // Not before the timeout (load only delays the reader); the upper bound
   // tells the timeout from a read that would wait for ever, with seconds of
   // room for a loaded sanitizer build.
   EXPECT_GT(waited, options.peer_timeout - absl::Milliseconds(100));
-  EXPECT_LT(waited, options.peer_timeout + absl::Seconds(3));
+  EXPECT_LT(waited, options.peer_timeout + causeway::testing::kSchedulingSlack);
   EXPECT_EQ(collector.begun().size(), 1u);
   EXPECT_TRUE(collector.ended().empty());
 }
