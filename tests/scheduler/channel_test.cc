@@ -23,6 +23,7 @@ namespace {
 
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
+using ::causeway::testing::ValueOrThrow;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kRunTimeout = absl::Seconds(20);
@@ -177,10 +178,10 @@ struct TwoIslands {
     IslandOptions oa, ob;
     oa.name = "a";
     ob.name = "b";
-    a = *Island::Create(rt_a.get(), oa);
-    b = *Island::Create(rt_b.get(), ob);
-    ca = *a->Connect("controller");
-    cb = *b->Connect("controller");
+    a = ValueOrThrow(Island::Create(rt_a.get(), oa));
+    b = ValueOrThrow(Island::Create(rt_b.get(), ob));
+    ca = ValueOrThrow(a->Connect("controller"));
+    cb = ValueOrThrow(b->Connect("controller"));
   }
   ~TwoIslands() {
     ca->Close();
@@ -190,7 +191,7 @@ struct TwoIslands {
 
 ArrayRef UploadArray(Client& c, const std::shared_ptr<Mesh>& mesh, const Shape& shape, Sharding sharding,
                      const std::vector<float>& host) {
-  ArrayRef x = *c.CreateArray(mesh, shape, DType::kF32, sharding);
+  ArrayRef x = ValueOrThrow(c.CreateArray(mesh, shape, DType::kF32, sharding));
   EXPECT_OK(x->Upload(host.data(), host.size() * sizeof(float)));
   return x;
 }
@@ -213,13 +214,13 @@ TEST(CrossIslandTest, PipelineMatchesReferenceForEveryLayout) {
           SCOPED_TRACE(absl::StrCat("a: ", ma, split_a ? " split" : " replicated", "; b: ", mb,
                                     split_b ? " split" : " replicated"));
           TwoIslands t(ma, mb);
-          auto mesh_a = *t.ca->AllocateMesh({ma});
-          auto mesh_b = *t.cb->AllocateMesh({mb});
+          auto mesh_a = ValueOrThrow(t.ca->AllocateMesh({ma}));
+          auto mesh_b = ValueOrThrow(t.cb->AllocateMesh({mb}));
           const Sharding sa = split_a ? Sharding::Split(0) : Sharding::Replicated();
           const Sharding sb = split_b ? Sharding::Split(0) : Sharding::Replicated();
           auto channel = LocalChannel::Create("channel 1 from island 'a'");
-          auto scale = *Function::Scale({split_a ? n / ma : n}, 3.0f);
-          auto add = *Function::Elementwise("add", {split_b ? n / mb : n});
+          auto scale = ValueOrThrow(Function::Scale({split_a ? n / ma : n}, 3.0f));
+          auto add = ValueOrThrow(Function::Elementwise("add", {split_b ? n / mb : n}));
 
           ProgramBuilder pa("stage-a");
           pa.Parameter("x", mesh_a, {n}, DType::kF32, sa);
@@ -272,12 +273,12 @@ TEST(CrossIslandTest, PipelineMatchesReferenceForEveryLayout) {
 TEST(CrossIslandTest, ExchangeBothWaysDoesNotDeadlock) {
   const int64_t n = 4096;
   TwoIslands t(2, 2);
-  auto mesh_a = *t.ca->AllocateMesh({2});
-  auto mesh_b = *t.cb->AllocateMesh({2});
+  auto mesh_a = ValueOrThrow(t.ca->AllocateMesh({2}));
+  auto mesh_b = ValueOrThrow(t.cb->AllocateMesh({2}));
   auto a_to_b = LocalChannel::Create("a->b");
   auto b_to_a = LocalChannel::Create("b->a");
-  auto scale = *Function::Scale({n / 2}, 2.0f);
-  auto add = *Function::Elementwise("add", {n / 2});
+  auto scale = ValueOrThrow(Function::Scale({n / 2}, 2.0f));
+  auto add = ValueOrThrow(Function::Elementwise("add", {n / 2}));
   std::vector<std::shared_ptr<Executable>> exes;
   for (int side = 0; side < 2; ++side) {
     auto mesh = side == 0 ? mesh_a : mesh_b;
@@ -329,14 +330,14 @@ TEST(CrossIslandTest, ExchangeBothWaysDoesNotDeadlock) {
 TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
   const int64_t n = 1024;
   TwoIslands t(1, 1);
-  auto mesh_b = *t.cb->AllocateMesh({1});
+  auto mesh_b = ValueOrThrow(t.cb->AllocateMesh({1}));
   auto channel = LocalChannel::Create("channel 1 from island 'a'");
-  auto add = *Function::Elementwise("add", {n});
+  auto add = ValueOrThrow(Function::Elementwise("add", {n}));
   ProgramBuilder pb("stage-b");
   pb.Receive("recv", mesh_b, "y", {n}, DType::kF32, Sharding::Replicated(), channel);
   pb.Call("add", add, mesh_b, {"y", "y"}, {"out"});
   pb.Output("out");
-  auto exe = *t.cb->Load(*pb.Build());
+  auto exe = ValueOrThrow(t.cb->Load(*pb.Build()));
   std::vector<Execution> runs;
   for (int r = 0; r < 2; ++r) runs.push_back(*t.cb->Execute(exe, {}));
   absl::SleepFor(absl::Milliseconds(50));
@@ -346,12 +347,12 @@ TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
     EXPECT_ERROR(run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "island 'a'");
   }
   // The island still runs other programs on the same device.
-  auto scale = *Function::Scale({n}, 2.0f);
+  auto scale = ValueOrThrow(Function::Scale({n}, 2.0f));
   ProgramBuilder other("other");
   other.Parameter("x", mesh_b, {n}, DType::kF32);
   other.Call("scale", scale, mesh_b, {"x"}, {"y"});
   other.Output("y");
-  auto exe2 = *t.cb->Load(*other.Build());
+  auto exe2 = ValueOrThrow(t.cb->Load(*other.Build()));
   std::vector<float> x = RandomFloats(n, 1);
   ArrayRef xa = UploadArray(*t.cb, mesh_b, {n}, Sharding::Replicated(), x);
   ASSERT_OK_AND_ASSIGN(Execution run, t.cb->Execute(exe2, {xa}));
@@ -364,9 +365,9 @@ TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
 // send and receive nodes need a channel.
 TEST(CrossIslandTest, BuilderRefusesWhatCannotCross) {
   TwoIslands t(2, 1);
-  auto mesh = *t.ca->AllocateMesh({2});
+  auto mesh = ValueOrThrow(t.ca->AllocateMesh({2}));
   auto channel = LocalChannel::Create("c");
-  auto scale = *Function::Scale({8, 2}, 2.0f);
+  auto scale = ValueOrThrow(Function::Scale({8, 2}, 2.0f));
   ProgramBuilder b("bad");
   b.Parameter("x", mesh, {8, 4}, DType::kF32, Sharding::Split(1));
   b.Call("scale", scale, mesh, {"x"}, {"y"});

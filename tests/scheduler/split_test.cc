@@ -31,6 +31,7 @@ namespace {
 
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RunConcurrently;
+using ::causeway::testing::ValueOrThrow;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -106,7 +107,7 @@ class Islands {
       options.name = name;
       islands_.push_back(*Island::Create(runtimes_.back().get(), options));
       for (int c = 0; c < controllers; ++c) {
-        clients_[{name, c}] = *islands_.back()->Connect(absl::StrCat("controller ", c));
+        clients_[{name, c}] = ValueOrThrow(islands_.back()->Connect(absl::StrCat("controller ", c)));
       }
     }
   }

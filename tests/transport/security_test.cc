@@ -199,7 +199,7 @@ TEST(SecurityTest, TrafficAfterTheHandshakeIsNotEncrypted) {
   ASSERT_NE(island, nullptr);
   Tap tap(island->address());
   ControllerOptions options;
-  options.secret = *Secret::FromBytes(secret, "test");
+  options.secret = ::causeway::testing::ValueOrThrow(Secret::FromBytes(secret, "test"));
   ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({tap.address()}, options));
   ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, c->AllocateMesh(0, {1}));
   ASSERT_OK_AND_ASSIGN(RemoteArray x, c->CreateArray(mesh, {16}, DType::kF32));
