@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -14,13 +15,14 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/test_support.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/test_support.h"
 
 extern char** environ;
 
@@ -114,6 +116,81 @@ TEST(CliTest, DemoWritesATrace) {
   EXPECT_EQ(unwritable.exit_code, 2);
   EXPECT_THAT(unwritable.err, HasSubstr("/nonexistent-dir/t.json"));
   EXPECT_TRUE(unwritable.out.empty());
+}
+
+// `causeway devices` describes the physical devices and the accelerators the
+// flags would make, and names the devices there are when asked for one that
+// is not.
+TEST(CliTest, DevicesDescribesTheDevicesAndTheAcceleratorsTheFlagsMake) {
+  using ::causeway::testing::DeviceFlag;
+  Result devices =
+      RunCli({"devices", DeviceFlag(), "--accelerators=3", "--memory-budget=64MiB", "--ring-slots=16"});
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  EXPECT_THAT(devices.out, StartsWith("physical devices:\n  [0] "));
+  for (const char* field : {"type ", "Vulkan 1.", "uuid ", "driver ", "queue family 0: ", "heap 0: ",
+                            "limits: storage binding ", "features: timeline yes"}) {
+    EXPECT_THAT(devices.out, HasSubstr(field));
+  }
+  EXPECT_THAT(devices.out, HasSubstr("accelerators that would be made: 3 on ["));
+  EXPECT_THAT(devices.out, HasSubstr("memory budget: 64 MiB each"));
+  EXPECT_THAT(devices.out, HasSubstr("ring: 16 in-flight submissions each"));
+  EXPECT_THAT(devices.out, HasSubstr("copies between accelerators: "));
+
+  Result missing = RunCli({"devices", "--device=99"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("no device 99; devices: 0: "));
+  Result bad = RunCli({"devices", "--ring-slots=0"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_TRUE(bad.out.empty());
+}
+
+// `causeway train` on a tiny model: every step's loss, a falling training
+// loss, a held-out loss, utilization and a trace of the last steps.
+TEST(CliTest, TrainLearnsAndReportsItsSummary) {
+  const std::string trace = ::testing::TempDir() + "/cli_test_train.json";
+  std::remove(trace.c_str());
+  Result train = RunCli({"train", ::causeway::testing::DeviceFlag(),
+                         absl::StrCat("--corpus=", ::causeway::testing::DataDir(), "/kjv-genesis-exodus.txt"),
+                         "--steps=12", "--layers=1", "--d-model=32", "--heads=2", "--d-ff=64", "--batch=8",
+                         "--seq-len=16", "--lr=0.01", "--trace", trace});
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  EXPECT_THAT(train.out, HasSubstr("model: 1 layers, d_model 32, 2 heads, d_ff 64, context 16"));
+  // The first and the last step's losses, and the summary's figures.
+  double first = 0, last = 0, mean = 0, held_out = 0;
+  for (absl::string_view line : absl::StrSplit(train.out, '\n')) {
+    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() >= 3 && words[0] == "step" && words[2] == "loss") {
+      ASSERT_GE(words.size(), 4u) << line;
+      double loss = 0;
+      ASSERT_TRUE(absl::SimpleAtod(words[3], &loss)) << line;
+      if (words[1] == "1/12") first = loss;
+      if (words[1] == "12/12") last = loss;
+    }
+    if (words.size() >= 3 && words[0] == "training" && words[1] == "loss") {
+      ASSERT_TRUE(absl::SimpleAtod(words[2], &mean)) << line;
+    }
+    if (words.size() >= 3 && words[0] == "held-out" && words[1] == "loss") {
+      ASSERT_TRUE(absl::SimpleAtod(words[2], &held_out)) << line;
+    }
+  }
+  // Untrained, the loss is about ln(72 characters) = 4.28; twelve steps at
+  // this learning rate bring it well down.
+  EXPECT_NEAR(first, std::log(72.0), 0.5) << train.out;
+  EXPECT_LT(last, first - 0.3) << train.out;
+  EXPECT_GT(mean, 0) << train.out;
+  EXPECT_LT(mean, first) << train.out;
+  EXPECT_GT(held_out, 0) << train.out;
+  EXPECT_LT(held_out, first) << train.out;
+  EXPECT_THAT(train.out, HasSubstr("% busy"));
+  json t = json::parse(ReadFile(trace), nullptr, false);
+  ASSERT_FALSE(t.is_discarded());
+  EXPECT_FALSE(t["traceEvents"].empty());
+  std::remove(trace.c_str());
+
+  Result bad = RunCli({"train", "--layout=sideways"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("sideways"));
+  EXPECT_TRUE(bad.out.empty());
 }
 
 // A server writes its trace when it is stopped.
