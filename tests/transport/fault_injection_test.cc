@@ -272,6 +272,7 @@ TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
     const FaultPoint point = static_cast<FaultPoint>(p);
     if (only_point >= 0 && p != only_point) continue;
     int failed = 0, injected = 0;
+    int64_t first_missed = 0;  // the first point the walk armed and did not reach
     for (int64_t n = only_point >= 0 ? only_n : 1; n <= calls[p]; ++n) {
       SCOPED_TRACE(absl::StrCat(FaultPointName(point), " ", n, " of ", calls[p]));
       ArmFault(point, n);
@@ -284,6 +285,7 @@ TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
       }
       ++walked;
       injected += hit;
+      if (!hit && first_missed == 0) first_missed = n;
       // Never a hang (every wait above has a deadline), never a wrong result.
       EXPECT_FALSE(absl::IsDeadlineExceeded(status)) << status;
       EXPECT_THAT(std::string(status.message()), ::testing::Not(HasSubstr("wrong result")));
@@ -303,8 +305,14 @@ TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
                 FaultPointName(point), static_cast<long long>(calls[p]), injected, failed);
     // Every point the program counted was reached again, and its failure
     // was seen by the controller (a fault off the program's path, e.g. on a
-    // link after the last result, may pass unnoticed; most may not).
-    EXPECT_EQ(injected, calls[p]) << FaultPointName(point);
+    // link after the last result, may pass unnoticed; most may not). Only
+    // the walk's last two points may go unreached: a connection's reader
+    // starts its read of the next frame after the last one it got, and
+    // whether it had when the counted episode ended is a matter of timing
+    // (seen: receive 130 counted, 129 reached).
+    EXPECT_TRUE(first_missed == 0 || first_missed > calls[p] - 2)
+        << FaultPointName(point) << " " << first_missed << " of " << calls[p] << " was not reached";
+    EXPECT_GE(injected, calls[p] - 2) << FaultPointName(point);
     EXPECT_GT(failed, calls[p] / 2) << FaultPointName(point);
   }
   std::printf("%d fault points walked\n", walked);
