@@ -15,6 +15,10 @@ int Mesh::Coordinate(int i, int axis) const {
 
 bool Mesh::DevicesShareMemory() const {
   for (const Accelerator* reader : devices_) {
+    // A virtual mesh types a program for an island that is not here; that
+    // island chooses at load, over its own devices, so nothing is refused
+    // here for want of shared memory.
+    if (reader == nullptr) return true;
     for (const Accelerator* owner : devices_) {
       if (reader->PathFrom(*owner) == CopyPath::kHostStaged) return false;
     }
