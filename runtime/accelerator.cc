@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "runtime/fault_injection.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   self->index_ = index;
   self->device_ = device;
   self->queue_ = device->queue(queue_index);
+  self->queue_mu_ = &device->queue_mutex(queue_index);
   self->capacity_ = options.ring_capacity;
   {
     absl::MutexLock lock(&self->ring_mu_);
@@ -132,7 +134,10 @@ Accelerator::~Accelerator() {
     shutdown_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
-  vkQueueWaitIdle(queue_);
+  {
+    absl::MutexLock queue_lock(queue_mu_);
+    vkQueueWaitIdle(queue_);
+  }
   {
     absl::MutexLock lock(&ring_mu_);
     lost_lists_.clear();
@@ -480,6 +485,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
       status = InjectedFaultError(VkStatus(result, "").code(), FaultPoint::kSubmission,
                                   absl::StrCat("vkQueueSubmit on ", name(), ": VK_ERROR_OUT_OF_HOST_MEMORY"));
     } else {
+      absl::MutexLock queue_lock(queue_mu_);
       result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
     }
     if (result != VK_SUCCESS && status.ok()) status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
@@ -496,7 +502,11 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     submit.pNext = &timeline;
     submit.signalSemaphoreCount = 1;
     submit.pSignalSemaphores = &timeline_;
-    VkResult r2 = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
+    VkResult r2;
+    {
+      absl::MutexLock queue_lock(queue_mu_);
+      r2 = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
+    }
     if (r2 != VK_SUCCESS) {
       // This value will never be signalled: fail everything in flight.
       FailDevice(VkStatus(r2, absl::StrCat("signalling a failed submission on ", name())));
@@ -684,29 +694,53 @@ void Accelerator::Retire() {
   vkGetSemaphoreCounterValue(device_->handle(), timeline_, &reached);
   while (true) {
     Slot slot;
+    Future<> unresolved;  // an input of the next slot that has not resolved
     {
       absl::MutexLock lock(&ring_mu_);
       uint64_t v = retired_value_ + 1;
       if (v > submitted_through_ || v > reached) break;
-      // Relay targets stay in the ring until the slot is marked retired, so a
-      // registration never falls between the two.
       Slot& s = slots_[v % capacity_];
-      slot.value = s.value;
-      slot.list = std::move(s.list);
-      slot.recording = s.recording;
-      slot.promise = std::move(s.promise);
-      slot.status = std::move(s.status);
-      slot.inputs = std::move(s.inputs);
-      slot.on_done = std::move(s.on_done);
-      slot.on_device_time = std::move(s.on_device_time);
-      slot.on_device_start = std::move(s.on_device_start);
+      if (s.status.ok()) {
+        for (const Future<>& in : s.inputs) {
+          if (!in.IsReady()) {
+            unresolved = in;
+            break;
+          }
+        }
+      }
+      if (!unresolved.valid()) {
+        // Relay targets stay in the ring until the slot is marked retired, so
+        // a registration never falls between the two.
+        slot.value = s.value;
+        slot.list = std::move(s.list);
+        slot.recording = s.recording;
+        slot.promise = std::move(s.promise);
+        slot.status = std::move(s.status);
+        slot.inputs = std::move(s.inputs);
+        slot.on_done = std::move(s.on_done);
+        slot.on_device_time = std::move(s.on_device_time);
+        slot.on_device_start = std::move(s.on_device_start);
+      }
+    }
+    if (unresolved.valid()) {
+      // The input's work is done (this queue waited for it), but its own
+      // accelerator has not retired it yet. Retiring it from here could need
+      // this accelerator's later values in turn (a device that shares this
+      // VkDevice waits on this timeline directly), so this thread never
+      // drives another accelerator's retirement while it holds retire_mu_:
+      // it asks the owner to retire the input and waits, holding nothing.
+      retire_mu_.Unlock();
+      auto resolved = std::make_shared<absl::Notification>();
+      unresolved.OnReady([resolved](const absl::Status&) { resolved->Notify(); });
+      resolved->WaitForNotification();
+      retire_mu_.Lock();
+      continue;
     }
     if (!span) span.emplace("complete");
     absl::Status status = slot.status;
     for (const Future<>& in : slot.inputs) {
       if (!status.ok()) break;
-      // An input whose device work is done may still be retiring on its own
-      // accelerator; its result follows at once.
+      // Resolved: the loop above waited for any that was not.
       absl::Status s = in.AwaitStatus();
       if (!s.ok()) {
         status = absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message()));
@@ -779,6 +813,11 @@ void Accelerator::FailDevice(absl::Status status) {
     // Wake dependants on other devices; they see this failure when they retire.
     for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
   }
+  // Queues of the same VkDevice wait on this timeline directly, not on a
+  // relay: let this queue drain (work still waiting on the host runs now,
+  // its futures already failed), so that its values are signalled and they
+  // see the failure when they retire instead of waiting for ever.
+  ReleaseWaits();
 }
 
 void Accelerator::ReleaseWaits() {

@@ -277,6 +277,7 @@ class Accelerator final : public TimelineDriver {
   int index_ = 0;
   std::shared_ptr<Device> device_;
   VkQueue queue_ = VK_NULL_HANDLE;
+  absl::Mutex* queue_mu_ = nullptr;  // the device's, for queue_
   VkSemaphore timeline_ = VK_NULL_HANDLE;
   uint32_t capacity_ = 0;
   std::unique_ptr<MemoryPool> device_pool_;

@@ -199,6 +199,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
     VkQueue q;
     vkGetDeviceQueue(self->device_, self->queue_family_, i, &q);
     self->queues_.push_back(q);
+    self->queue_mu_.push_back(std::make_unique<absl::Mutex>());
   }
   if (push) {
     self->push_descriptor_fn_ = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(

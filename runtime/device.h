@@ -76,6 +76,10 @@ class Device {
   uint32_t queue_family() const { return queue_family_; }
   VkQueue queue(uint32_t i) const { return queues_[i]; }
   uint32_t queue_count() const { return static_cast<uint32_t>(queues_.size()); }
+  // Held around every vkQueueSubmit and vkQueueWaitIdle on queue i: Vulkan
+  // wants a queue's use externally synchronized, and accelerators may share
+  // one (sharing "one-device" with fewer queues than accelerators).
+  absl::Mutex& queue_mutex(uint32_t i) const { return *queue_mu_[i]; }
   bool push_descriptors() const { return push_descriptor_fn_ != nullptr; }
   bool external_memory() const { return get_memory_fd_fn_ != nullptr; }
   // The bounds checks this device has on (see RobustAccessSummary).
@@ -115,6 +119,7 @@ class Device {
   VkDevice device_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   std::vector<VkQueue> queues_;
+  std::vector<std::unique_ptr<absl::Mutex>> queue_mu_;
   VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
   std::string cache_path_;
   PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn_ = nullptr;

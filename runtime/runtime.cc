@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -116,18 +117,25 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
   int family = plan.device->ComputeQueueFamily();
   if (family < 0) return absl::FailedPreconditionError(absl::StrCat(plan.device->name, " has no compute queue"));
   uint32_t queues = plan.device->queue_families[family].queue_count;
-  if (options.sharing == "queues") {
+  std::string sharing = options.sharing;
+  if (sharing.empty() || sharing == "auto") sharing = Env("CAUSEWAY_SHARING");
+  if (sharing == "one-device") {
+    // Every accelerator on one VkDevice, over as many of its queues as it
+    // has (several accelerators to a queue where it has fewer).
+    plan.shared_device = plan.accelerators > 1;
+  } else if (sharing == "queues") {
     if (queues < static_cast<uint32_t>(plan.accelerators)) {
       return absl::FailedPreconditionError(absl::StrCat(plan.device->name, " has ", queues,
                                                         " compute queues, fewer than ", plan.accelerators,
                                                         " accelerators"));
     }
     plan.shared_device = true;
-  } else if (options.sharing == "devices" || options.sharing == "auto" || options.sharing.empty()) {
+  } else if (sharing == "devices" || sharing == "auto" || sharing.empty()) {
     plan.shared_device = false;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("sharing must be auto, queues or devices, got '",
-                                                   options.sharing, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharing (--sharing, CAUSEWAY_SHARING) must be auto, devices, queues or one-device, got '", sharing,
+        "'"));
   }
 
   plan.memory_budget = options.memory_budget;
@@ -203,12 +211,13 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& o
 
   std::shared_ptr<Device> shared;
   if (plan.shared_device) {
-    device_options.queue_count = static_cast<uint32_t>(plan.accelerators);
+    const uint32_t offered = plan.device->queue_families[plan.device->ComputeQueueFamily()].queue_count;
+    device_options.queue_count = std::min(static_cast<uint32_t>(plan.accelerators), offered);
     ASSIGN_OR_RETURN(shared, Device::Create(rt->instance_, *plan.device, device_options));
   }
   for (int i = 0; i < plan.accelerators; ++i) {
     std::shared_ptr<Device> device = shared;
-    uint32_t queue = plan.shared_device ? static_cast<uint32_t>(i) : 0;
+    uint32_t queue = plan.shared_device ? static_cast<uint32_t>(i) % shared->queue_count() : 0;
     if (!plan.shared_device) {
       device_options.queue_count = 1;
       ASSIGN_OR_RETURN(device, Device::Create(rt->instance_, *plan.device, device_options));

@@ -38,10 +38,15 @@ struct RuntimeOptions {
   uint32_t ring_capacity = 0;
   // VK_LAYER_KHRONOS_validation (also CAUSEWAY_VALIDATION=1).
   bool validation = false;
-  // "devices" (and "auto"): one VkDevice per accelerator, the path every
-  // test runs on lavapipe; "queues": queues of one VkDevice, which the GPU
-  // check found deadlocking (absl's detector, collectives and reshards on an
-  // H200) and which no driver in CI can run, so it is asked for, never chosen.
+  // "devices" (and "auto"): one VkDevice per accelerator. "queues": one
+  // VkDevice, a compute queue of its own per accelerator (fails where the
+  // device has fewer queues than accelerators). "one-device": one VkDevice,
+  // its queues shared round-robin where it has fewer than accelerators; queues
+  // then wait on each other's timelines directly, as "queues" does on a GPU,
+  // which is how CI tests those waits on lavapipe's single queue. Accelerators
+  // that share a queue are not independent (one waiting on the host holds the
+  // other), so this is for testing. "auto" (or empty) takes CAUSEWAY_SHARING
+  // when it is set, else "devices".
   std::string sharing = "auto";
   // Copies between accelerators of at least this many bytes a device go by
   // the destination's copy engine, off its queue, where device memory is

@@ -1,8 +1,11 @@
 // The ring of in-flight submissions: backpressure, order, failures.
 #include <atomic>
+#include <cstring>
 #include <numeric>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/accelerator.h"
@@ -178,6 +181,53 @@ TEST(RingTest, LostDeviceFailsFuturesWithoutHanging) {
   ASSERT_OK(a1->Submit(c1.list).AwaitFor(absl::Seconds(10)));
   EXPECT_OK(a1->health());
   gate.Set(absl::OkStatus());
+}
+
+// Tests that accelerators of one VkDevice, each waiting on the other's
+// timeline, retire without deadlock when one starts retiring while the
+// other's later work is done but unretired: A's x waits on B's y, and B's z
+// on A's w (after x). Retiring A needs y resolved; retiring B up to z needs
+// w. Seen to deadlock when a retiring accelerator drove the other's
+// retirement under its own retire lock.
+TEST(RingTest, CrossDependenciesOnOneVkDeviceRetireWithoutDeadlock) {
+  RuntimeOptions options = TestOptions(2);
+  options.sharing = "one-device";
+  auto rt = MakeRuntime(options);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* a = rt->accelerator(0);
+  Accelerator* b = rt->accelerator(1);
+  Counter ca = Counter::Make(a);
+  Counter cb = Counter::Make(b);
+  // B's counter is read through its mapping, which retires nothing.
+  ASSERT_NE(cb.x->mapped(), nullptr);
+  for (int round = 1; round <= 20; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    auto [gate, opened] = MakePromise<>();
+    Future<> y = b->Submit(cb.list, {opened});
+    Future<> x = a->Submit(ca.list, {y});
+    Future<> w = a->Submit(ca.list);
+    Future<> z = b->Submit(cb.list, {w});
+    gate.Set(absl::OkStatus());
+    // Everything has run on the device (z last) before anything retires.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    float got = 0;
+    while (absl::Now() < deadline) {
+      std::memcpy(&got, cb.x->mapped(), sizeof(got));
+      if (got >= 2.0f * round) break;
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    ASSERT_EQ(got, 2.0f * round);
+    // A retires first: its x finds B's y done and unretired.
+    ::causeway::testing::RunConcurrently({[&] {
+                                           EXPECT_OK(w.Await(absl::Now() + absl::Seconds(20)));
+                                           EXPECT_OK(z.Await(absl::Now() + absl::Seconds(20)));
+                                         }},
+                                         absl::Seconds(30), "retiring across one VkDevice");
+    EXPECT_OK(x.Await(absl::Now() + absl::Seconds(1)));
+    EXPECT_OK(y.Await(absl::Now() + absl::Seconds(1)));
+  }
+  EXPECT_EQ(ca.Read(a), 40.0f);
+  EXPECT_EQ(cb.Read(b), 40.0f);
 }
 
 // Tests that a host future that fails fails the submission waiting on it.
