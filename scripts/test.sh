@@ -7,6 +7,10 @@
 #                                  UndefinedBehaviorSanitizer (in build-asan/)
 #   bash scripts/test.sh --tsan    the suite built with ThreadSanitizer (in
 #                                  build-tsan/); a race fails the test
+#   bash scripts/test.sh --one-device
+#                                  the tests that move memory (label
+#                                  moves-memory) with every accelerator on
+#                                  one VkDevice, in the plain build
 # Further arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +37,12 @@ elif [ "${1:-}" = "--tsan" ]; then
   # evenly, so those shares say nothing about the scheduler there. They run
   # in the plain and ASan suites.
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.|WeightedShares' "$@"
+elif [ "${1:-}" = "--one-device" ]; then
+  shift
+  bash scripts/build.sh
+  # Queues of one VkDevice wait on each other's timelines directly, not
+  # through host relays (sharing in runtime/runtime.h).
+  CAUSEWAY_SHARING=one-device ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 -L moves-memory "$@"
 else
   bash scripts/build.sh
   ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"

@@ -90,7 +90,17 @@ int DevicesCommand(const std::vector<std::string>& args) {
   }
   std::printf("\naccelerators that would be made: %d on [%u] %s\n", plan->accelerators, plan->device->index,
               plan->device->name.c_str());
-  std::printf("  layout: %s\n", plan->shared_device ? "queues of one VkDevice" : "one VkDevice per accelerator");
+  if (plan->shared_device) {
+    const uint32_t queues = plan->device->queue_families[plan->device->ComputeQueueFamily()].queue_count;
+    if (queues >= static_cast<uint32_t>(plan->accelerators)) {
+      std::printf("  layout: one VkDevice, a compute queue per accelerator\n");
+    } else {
+      std::printf("  layout: one VkDevice, its %u compute queue%s shared by %d accelerators (for testing)\n",
+                  queues, queues == 1 ? "" : "s", plan->accelerators);
+    }
+  } else {
+    std::printf("  layout: one VkDevice per accelerator\n");
+  }
   std::printf("  bounds checks: %s\n", RobustAccessSummary(*plan->device).c_str());
   std::printf("  memory budget: %s each\n", FormatBytes(plan->memory_budget).c_str());
   std::printf("  ring: %u in-flight submissions each\n", plan->ring_capacity);

@@ -104,7 +104,9 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
       {"device", "auto, gpu, discrete, integrated, cpu, an index or a UUID (env CAUSEWAY_DEVICE)", ""},
       {"memory-budget", "device memory per accelerator, e.g. 512MiB (env CAUSEWAY_MEMORY_BUDGET)", ""},
       {"ring-slots", "in-flight submissions per accelerator (env CAUSEWAY_RING_SLOTS)", ""},
-      {"sharing", "auto or devices (one VkDevice each), queues (one VkDevice; not yet sound, see README)",
+      {"sharing",
+       "auto or devices (one VkDevice each), queues (one VkDevice, a queue each), one-device (one VkDevice, "
+       "queues shared where fewer; for testing) (env CAUSEWAY_SHARING)",
        "auto"},
       {"validation", "turn on the Vulkan validation layer (env CAUSEWAY_VALIDATION)", "", true},
       {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true",

@@ -61,8 +61,12 @@ std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
 // The message of `s`, as a std::string that gMock prints readably.
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
+// Accelerators on VkDevices of their own, whatever CAUSEWAY_SHARING says: the
+// paths these tests choose between (imported memory or the host) are those
+// between VkDevices.
 std::unique_ptr<Runtime> MakeRuntimeWith(int accelerators, bool external_memory) {
   RuntimeOptions options = TestOptions(accelerators);
+  options.sharing = "devices";
   options.use_external_memory = external_memory;
   return MakeRuntime(options);
 }

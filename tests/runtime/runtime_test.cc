@@ -128,6 +128,41 @@ TEST(RuntimeTest, LayoutAndDefaultBudget) {
   EXPECT_THAT(std::string(queues.status().message()), HasSubstr("compute queues"));
 }
 
+// Tests the sharing setting: "one-device" puts every accelerator on one
+// VkDevice (sharing lavapipe's one queue), CAUSEWAY_SHARING chooses when the
+// options say "auto" and never over an explicit choice, and anything else is
+// refused naming both places it may come from.
+TEST(RuntimeTest, SharingSetting) {
+  RuntimeOptions o = TestOptions(3);
+  o.sharing = "one-device";
+  auto rt = MakeRuntime(o);
+  ASSERT_NE(rt, nullptr);
+  EXPECT_TRUE(rt->plan().shared_device);
+  EXPECT_EQ(&rt->accelerator(0)->device(), &rt->accelerator(2)->device());
+  EXPECT_EQ(rt->accelerator(0)->PathFrom(*rt->accelerator(1)), CopyPath::kSameDevice);
+  rt.reset();
+
+  o.sharing = "auto";
+  setenv("CAUSEWAY_SHARING", "one-device", 1);
+  auto plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  ASSERT_OK(plan.status());
+  EXPECT_TRUE(plan->shared_device);
+  o.sharing = "devices";
+  plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  ASSERT_OK(plan.status());
+  EXPECT_FALSE(plan->shared_device);
+  o.sharing = "auto";
+  setenv("CAUSEWAY_SHARING", "everything", 1);
+  plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  unsetenv("CAUSEWAY_SHARING");
+  EXPECT_TRUE(absl::IsInvalidArgument(plan.status())) << plan.status();
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("CAUSEWAY_SHARING"));
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("'everything'"));
+  plan = Runtime::Plan(*Instance::Create({}).value(), o);
+  ASSERT_OK(plan.status());
+  EXPECT_FALSE(plan->shared_device);
+}
+
 // Tests that with tracing on, every dispatch of a replayed list gets a device
 // timestamp span and the host spans are recorded; with tracing off, none.
 TEST(RuntimeTest, TracingRecordsDeviceAndHostSpans) {

@@ -135,6 +135,11 @@ TEST(CliTest, DevicesDescribesTheDevicesAndTheAcceleratorsTheFlagsMake) {
   EXPECT_THAT(devices.out, HasSubstr("memory budget: 64 MiB each"));
   EXPECT_THAT(devices.out, HasSubstr("ring: 16 in-flight submissions each"));
   EXPECT_THAT(devices.out, HasSubstr("copies between accelerators: "));
+  EXPECT_THAT(devices.out, HasSubstr("layout: one VkDevice per accelerator"));
+  Result shared = RunCli({"devices", DeviceFlag(), "--accelerators=2", "--sharing=one-device"});
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  EXPECT_THAT(shared.out, HasSubstr("layout: one VkDevice, "));
+  EXPECT_THAT(shared.out, HasSubstr("copies between accelerators: same-device"));
 
   Result missing = RunCli({"devices", "--device=99"});
   EXPECT_EQ(missing.exit_code, 1);
