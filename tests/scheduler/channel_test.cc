@@ -340,7 +340,11 @@ TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
   auto exe = ValueOrThrow(t.cb->Load(*pb.Build()));
   std::vector<Execution> runs;
   for (int r = 0; r < 2; ++r) runs.push_back(*t.cb->Execute(exe, {}));
-  absl::SleepFor(absl::Milliseconds(50));
+  // The first run has asked the channel for its value and waits for it (the
+  // second asks once the first has its value: runs join the gang order in turn).
+  const absl::Time expected_by = absl::Now() + kRunTimeout;
+  while (channel->inbox().pending() == 0 && absl::Now() < expected_by) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GE(channel->inbox().pending(), 1u);
   EXPECT_FALSE(runs[0].state->Await(absl::Now()).ok());  // still waiting
   channel->Close(absl::UnavailableError("island 'a' (127.0.0.1:7001) was silent for 5s"));
   for (auto& run : runs) {

@@ -184,6 +184,21 @@ int AwaitEntries(const char* dir, int want, absl::Duration limit) {
   return now;
 }
 
+pid_t CurrentThreadId() { return gettid(); }
+
+bool AwaitThreadSleeping(pid_t tid, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  const std::string path = absl::StrCat("/proc/self/task/", tid, "/stat");
+  do {
+    // "tid (comm) S ...": the state follows the last ')', since comm may hold one.
+    const std::string stat = ReadFile(path);
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'S') return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  } while (absl::Now() < deadline);
+  return false;
+}
+
 std::string TestDevice() {
   for (const char* name : {"CAUSEWAY_TEST_DEVICE", "CAUSEWAY_DEVICE"}) {
     const char* v = std::getenv(name);

@@ -3,6 +3,8 @@
 #ifndef CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
 #define CAUSEWAY_TESTS_TESTING_TEST_SUPPORT_H_
 
+#include <sys/types.h>
+
 #include <functional>
 #include <memory>
 #include <random>
@@ -108,6 +110,14 @@ int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(20
 // CountEntries(dir) once it equals `want`, or after `limit`: the count to
 // compare with `want`.
 int AwaitEntries(const char* dir, int want, absl::Duration limit = absl::Seconds(10));
+
+// The calling thread's id, for AwaitThreadSleeping from another thread.
+pid_t CurrentThreadId();
+// Waits until thread `tid` of this process is asleep in the kernel (state S
+// in /proc/self/task/<tid>/stat: blocked in a read, poll or futex), or until
+// `limit`; true if it was seen asleep. A test reaches "the reader is blocked"
+// this way rather than by sleeping and hoping.
+bool AwaitThreadSleeping(pid_t tid, absl::Duration limit = absl::Seconds(10));
 
 // Runs each body on a thread of its own and joins them. A body still running
 // after `limit` is a deadlock: it is reported and the process ends at once,

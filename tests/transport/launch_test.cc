@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -634,6 +635,25 @@ class ReservedPort {
 
   const SocketAddress& address() const { return address_; }
 
+  // Listens on the port, takes the first connection within `limit` and
+  // closes it unanswered: its client's attempt has failed for certain.
+  // Returns false if none came.
+  bool RefuseOneConnection(absl::Duration limit) {
+    if (fd_ < 0 || listen(fd_, 8) != 0) return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(limit))) != 1) return false;
+    const int accepted = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (accepted < 0) return false;
+    close(accepted);
+    return true;
+  }
+  // Gives the port up (connections waiting in the backlog are reset), so
+  // that a listener of the test can bind it.
+  void Release() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
  private:
   int fd_ = -1;
   SocketAddress address_;
@@ -661,13 +681,16 @@ RegisterIsland Me(int id) {
 // listens, and the controller gets every island by process id.
 TEST(RendezvousTest, FourIslandsRegisterAndAreListed) {
   constexpr int kProcesses = 4;
-  const ReservedPort port;
-  const SocketAddress& address = port.address();
+  ReservedPort port;
+  const SocketAddress address = port.address();
   ASSERT_NE(address.port(), 0);
   IslandRegistry registry(kProcesses);
   const absl::Time deadline = In(absl::Seconds(20));
 
-  // The early registrant and the controller, before anything listens.
+  // The early registrant and the controller, before the coordinator listens.
+  // The registrant's first connection is taken and closed, so it succeeds
+  // only by retrying; the controller's attempts meanwhile are reset or
+  // refused.
   std::atomic<bool> early_done{false};
   absl::Status early_status = absl::UnknownError("not run");
   std::thread early([&] {
@@ -675,12 +698,12 @@ TEST(RendezvousTest, FourIslandsRegisterAndAreListed) {
         RegisterWithCoordinator(ConfigFor(address, 3, kProcesses), Me(3), ClientNamed("island-3"), deadline);
     early_done = true;
   });
+  const bool refused = port.RefuseOneConnection(absl::Seconds(20));
   absl::StatusOr<std::vector<RegisterIsland>> islands = absl::UnknownError("not run");
   std::thread controller([&] { islands = WaitForIslands(address, ClientNamed("controller"), deadline); });
-
-  // Refused connections must have been retried, not given up on.
-  absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_FALSE(early_done) << "RegisterWithCoordinator returned while nothing listened: " << early_status;
+  EXPECT_TRUE(refused) << "the early registrant never connected";
+  EXPECT_FALSE(early_done) << "RegisterWithCoordinator returned after a failed attempt: " << early_status;
+  port.Release();
 
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Start(address, &registry);
   std::vector<std::function<void()>> bodies;

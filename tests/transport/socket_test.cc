@@ -5,10 +5,12 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -314,19 +316,25 @@ TEST(SocketTest, ShutdownWakesABlockedReader) {
   ASSERT_OK_AND_ASSIGN(testing::SocketPair pair, ConnectedPair());
   absl::Status read_status;
   absl::Duration took;
+  std::atomic<pid_t> reader{0};
+  bool reader_slept = false;
   RunConcurrently({[&] {
                      uint8_t buffer[16];
                      const absl::Time start = absl::Now();
+                     reader = ::causeway::testing::CurrentThreadId();
                      read_status = pair.server.ReadExact(buffer, sizeof(buffer), start + absl::Seconds(30));
                      took = absl::Now() - start;
                    },
                    [&] {
-                     absl::SleepFor(absl::Milliseconds(100));
+                     while (reader.load() == 0) std::this_thread::yield();
+                     // Asleep once it has set its id: only the read can put it there.
+                     reader_slept = ::causeway::testing::AwaitThreadSleeping(reader.load());
                      pair.server.ShutdownBoth();
                    }},
                   absl::Seconds(20), "shutdown");
+  EXPECT_TRUE(reader_slept) << "the reader never blocked";
   EXPECT_ERROR(read_status, absl::StatusCode::kUnavailable, "after 0 of 16 bytes");
-  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_LT(took, absl::Seconds(20));  // not its 30 s deadline
 }
 
 // Tests ownership: a move leaves the source invalid, and destruction closes
