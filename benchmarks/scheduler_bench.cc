@@ -25,12 +25,21 @@
 //                         each, with no copies (informative: less work than
 //                         Chained does).
 //   pipeline:  S stages (1..8), each on its own accelerator, each scaling 64
-//              floats by 2, with a transfer between stages, on an island that
-//              dispatches asynchronously and on one that awaits every gang call
-//              before dispatching the next (DispatchMode::kSequential), both on
-//              the same accelerators, with runs_in_flight = 8. Latency: one run
-//              at a time (Execute, then Await). Streamed: runs submitted back
-//              to back, awaited at the end (successive runs may overlap).
+//              floats by 2, with a transfer between stages. Causeway: one
+//              program on an island dispatching asynchronously. The baseline,
+//              hand-written: the same commands (per stage a copy from the
+//              previous accelerator and the scale), recorded once per stage
+//              and instance and submitted with Accelerator::Submit, each
+//              waiting on the previous stage's future: what an expert writes
+//              on the runtime without a scheduler. Beside it, op-by-op: one
+//              program per stage, each executed with the previous stage's
+//              output array without waiting (the host prepares each step in
+//              turn, the devices never wait for it: eager asynchronous
+//              dispatch, Pathways' sequential dispatch); and synchronous: the
+//              program on an island that awaits every gang call before the
+//              next (DispatchMode::kSynchronous, informative: a weak
+//              baseline). runs_in_flight = 8 throughout. Latency: one run at
+//              a time; streamed: up to 16 runs in flight.
 //   tenancy:   1, 2, 4 and 8 clients, each on its own thread, submitting small
 //              programs (3 chained scales on a mesh of both accelerators of a
 //              2-accelerator island) as fast as backpressure lets them; the
@@ -421,23 +430,59 @@ void DispatchTable(Runtime& rt, int runs, bench::Report& report) {
   }
 }
 
-// --- pipeline: async vs sequential dispatch --------------------------------
+// --- pipeline: Causeway against hand-written and op-by-op dispatch --------
 
-// A client of `island` with an S-stage pipeline program and its input.
+constexpr int kPipelineWindow = 16;  // runs a streamed sample keeps in flight
+
+// Seconds per run of `count` runs of `submit` (which starts run r and returns
+// what to await for it): each awaited before the next starts, or (`streamed`)
+// up to kPipelineWindow in flight, the oldest awaited first.
+template <typename Submit>
+double TimeRuns(int count, bool streamed, Submit submit) {
+  std::deque<std::function<void()>> awaits;
+  int64_t t0 = Tracer::NowNs();
+  for (int r = 0; r < count; ++r) {
+    awaits.push_back(submit(r));
+    if (!streamed || static_cast<int>(awaits.size()) > kPipelineWindow) {
+      awaits.front()();
+      awaits.pop_front();
+    }
+  }
+  for (auto& await : awaits) await();
+  return Seconds(t0) / count;
+}
+
+// A client of `island` with an S-stage pipeline: one program of S gang calls
+// (Causeway's dispatch), or (`op_by_op`) one program per stage, each run's
+// stages executed one after another with the previous stage's output array
+// and no wait for the devices: the host prepares each step in turn but never
+// waits for a device to enqueue the next (eager asynchronous dispatch, as JAX
+// runs op by op; Pathways' sequential dispatch).
 class Pipeline {
  public:
-  Pipeline(Island& island, int stages) : stages_(stages) {
-    client_ = Must(island.Connect(absl::StrCat("pipeline", stages)), "Connect");
+  Pipeline(Island& island, int stages, bool op_by_op) : stages_(stages), op_by_op_(op_by_op) {
+    client_ = Must(island.Connect(absl::StrCat(op_by_op ? "op-by-op" : "pipeline", stages)), "Connect");
     auto scale = Must(Function::Scale({kStageFloats}, 2.0f), "Scale");
-    ProgramBuilder b(absl::StrCat("pipeline", stages));
     std::vector<std::shared_ptr<Mesh>> meshes;
     for (int s = 0; s < stages; ++s) meshes.push_back(Must(client_->AllocateMesh({1}), "AllocateMesh"));
-    b.Parameter("y0", meshes[0], {kStageFloats}, DType::kF32);
-    for (int s = 0; s < stages; ++s) {
-      b.Call(absl::StrCat("stage", s), scale, meshes[s], {absl::StrCat("y", s)}, {absl::StrCat("y", s + 1)});
+    if (op_by_op) {
+      for (int s = 0; s < stages; ++s) {
+        ProgramBuilder b(absl::StrCat("stage", s));
+        b.Parameter("in", meshes[std::max(0, s - 1)], {kStageFloats}, DType::kF32);
+        b.Call("scale", scale, meshes[s], {"in"}, {"out"});
+        b.Output("out");
+        exes_.push_back(Must(client_->Load(Must(b.Build(), "Build")), "Load"));
+      }
+    } else {
+      ProgramBuilder b(absl::StrCat("pipeline", stages));
+      b.Parameter("y0", meshes[0], {kStageFloats}, DType::kF32);
+      for (int s = 0; s < stages; ++s) {
+        b.Call(absl::StrCat("stage", s), scale, meshes[s], {absl::StrCat("y", s)},
+               {absl::StrCat("y", s + 1)});
+      }
+      b.Output(absl::StrCat("y", stages));
+      exes_.push_back(Must(client_->Load(Must(b.Build(), "Build")), "Load"));
     }
-    b.Output(absl::StrCat("y", stages));
-    exe_ = Must(client_->Load(Must(b.Build(), "Build")), "Load");
     std::vector<float> x(kStageFloats);
     for (uint32_t i = 0; i < kStageFloats; ++i) x[i] = static_cast<float>(i);
     x_ = MakeArray(*client_, meshes[0], x, Sharding::Replicated(), "y0");
@@ -446,74 +491,158 @@ class Pipeline {
   }
   ~Pipeline() { client_->Close(); }
 
-  // Seconds per run over `count` runs: each awaited before the next starts,
-  // or (`streamed`) all submitted back to back and awaited at the end.
   double Time(int count, bool streamed) {
-    std::deque<Execution> runs;
-    int64_t t0 = Tracer::NowNs();
-    for (int r = 0; r < count; ++r) {
-      runs.push_back(Must(client_->Execute(exe_, {x_}), "Execute"));
-      if (!streamed || runs.size() > 16) {
-        CHECK_OK(runs.front().Await());
-        if (runs.size() > 1) runs.pop_front();
+    ArrayRef last;
+    double seconds = TimeRuns(count, streamed, [&](int) {
+      ArrayRef a = x_;
+      std::vector<Execution> runs;
+      for (const auto& exe : exes_) {
+        runs.push_back(Must(client_->Execute(exe, {a}), "Execute"));
+        a = runs.back().outputs[0];
       }
-    }
-    for (const Execution& run : runs) CHECK_OK(run.Await());
-    double seconds = Seconds(t0) / count;
-    ExpectEquals(runs.back().outputs[0], want_, absl::StrCat(stages_, "-stage pipeline"));
+      last = a;
+      return std::function<void()>([runs = std::move(runs)] {
+        for (const Execution& run : runs) CHECK_OK(run.Await());
+      });
+    });
+    ExpectEquals(last, want_, absl::StrCat(stages_, "-stage ", op_by_op_ ? "op-by-op " : "", "pipeline"));
     return seconds;
   }
 
  private:
   int stages_;
+  bool op_by_op_;
   std::shared_ptr<Client> client_;
-  std::shared_ptr<Executable> exe_;
+  std::vector<std::shared_ptr<Executable>> exes_;
   ArrayRef x_;
   std::vector<float> want_;
 };
 
+// The baseline, without Causeway's scheduler: the pipeline written by hand on
+// the accelerators. Per stage and instance one command list, recorded once
+// (stage s > 0 copies the previous stage's output from accelerator s - 1,
+// then scales it: the commands Causeway's gang calls hold) and replayed with
+// Accelerator::Submit, whose waits are the previous stage's future and, when
+// an instance is reused, the future of the last reader of its output. Runs
+// cycle through kMaxAccelerators instances (Causeway's runs_in_flight here).
+class HandPipeline {
+ public:
+  HandPipeline(Runtime& rt, int stages) : stages_(stages) {
+    const uint64_t bytes = kStageFloats * sizeof(float);
+    std::vector<float> x(kStageFloats);
+    for (uint32_t i = 0; i < kStageFloats; ++i) x[i] = static_cast<float>(i);
+    x_ = Must(rt.accelerator(0)->CreateBuffer(bytes), "CreateBuffer");
+    CHECK_OK(rt.accelerator(0)->UploadSync(x_, x.data(), bytes));
+    for (float& v : x) v = std::ldexp(v, stages);
+    want_ = x;
+    for (int i = 0; i < kInstances; ++i) {
+      std::vector<std::shared_ptr<Buffer>> in(stages), out(stages);
+      for (int s = 0; s < stages; ++s) {
+        Accelerator* acc = rt.accelerator(s);
+        out[s] = Must(acc->CreateBuffer(bytes), "CreateBuffer");
+        in[s] = s == 0 ? x_ : Must(acc->CreateBuffer(bytes), "CreateBuffer");
+        auto list =
+            Must(acc->CreateCommandList(absl::StrCat("hand", stages, "-", i, "-", s)), "CreateCommandList");
+        if (s > 0) CHECK_OK(list->Copy(out[s - 1], in[s]));
+        CHECK_OK(ops::Scale(*list, in[s], out[s], kStageFloats, 2.0f));
+        lists_[i].push_back(std::move(list));
+        accelerators_.push_back(acc);
+      }
+      out_[i] = out[stages - 1];
+      futures_[i].resize(stages);
+    }
+  }
+
+  double Time(int count, bool streamed) {
+    int last = 0;
+    double seconds = TimeRuns(count, streamed, [&](int r) {
+      const int i = r % kInstances;
+      std::vector<Future<>>& f = futures_[i];
+      for (int s = 0; s < stages_; ++s) {
+        std::vector<Future<>> waits;
+        if (s > 0) waits.push_back(f[s - 1]);  // this run's previous stage
+        // The instance's last run: its next stage still reads out[s].
+        if (s + 1 < stages_ && f[s + 1].valid()) waits.push_back(f[s + 1]);
+        f[s] = accelerators_[s]->Submit(lists_[i][s], waits);
+      }
+      last = i;
+      return std::function<void()>([done = f[stages_ - 1]] { CHECK_OK(done.Await()); });
+    });
+    std::vector<float> got(kStageFloats);
+    CHECK_OK(accelerators_[stages_ - 1]->DownloadSync(out_[last], got.data(), got.size() * sizeof(float)));
+    for (uint32_t e = 0; e < kStageFloats; ++e) {
+      if (got[e] != want_[e]) {
+        Die(absl::StrCat(stages_, "-stage hand-written pipeline: element ", e, " is ", got[e], ", expected ",
+                         want_[e]));
+      }
+    }
+    return seconds;
+  }
+
+ private:
+  static constexpr int kInstances = kMaxAccelerators;
+  int stages_;
+  std::shared_ptr<Buffer> x_;
+  std::vector<float> want_;
+  std::vector<Accelerator*> accelerators_;  // by stage
+  std::vector<std::shared_ptr<CommandList>> lists_[kInstances];
+  std::shared_ptr<Buffer> out_[kInstances];
+  std::vector<Future<>> futures_[kInstances];  // the instance's last run, by stage
+};
+
 void PipelineTable(Runtime& rt, int runs, bench::Report& report) {
-  IslandOptions async_options, sequential_options;
+  IslandOptions async_options, synchronous_options;
   async_options.name = "async";
-  sequential_options.name = "sequential";
-  sequential_options.dispatch = DispatchMode::kSequential;
+  synchronous_options.name = "synchronous";
+  synchronous_options.dispatch = DispatchMode::kSynchronous;
   // Enough instances for a run in every stage at once when streamed.
-  async_options.runs_in_flight = sequential_options.runs_in_flight = kMaxAccelerators;
+  async_options.runs_in_flight = synchronous_options.runs_in_flight = kMaxAccelerators;
   auto async_island = Must(Island::Create(&rt, async_options), "Island::Create");
-  auto sequential_island = Must(Island::Create(&rt, sequential_options), "Island::Create");
+  auto synchronous_island = Must(Island::Create(&rt, synchronous_options), "Island::Create");
   std::printf(
       "\n2. pipeline: S stages (scale %u floats on accelerator s, then a transfer to the next); "
-      "us per run, median of %d samples;\n   latency: one run at a time; streamed: runs back to back\n",
-      kStageFloats, runs);
-  std::printf("%6s | %10s %10s %9s | %10s %10s %9s\n", "", "latency", "", "", "streamed", "", "");
-  std::printf("%6s | %10s %10s %9s | %10s %10s %9s\n", "stages", "async", "sequential", "seq/async", "async",
-              "sequential", "seq/async");
+      "us per run, median of %d samples;\n   latency: one run at a time; streamed: up to %d runs in flight.\n"
+      "   Causeway: one program; hand: the same commands submitted by hand (Accelerator::Submit chained\n"
+      "   by futures); op-by-op: a program per stage, enqueued without waiting; sync: Causeway awaiting\n"
+      "   every gang call (informative)\n",
+      kStageFloats, runs, kPipelineWindow);
+  std::printf("%6s %8s | %9s %9s %9s %9s | %10s %10s %8s\n", "stages", "mode", "Causeway", "hand", "op-by-op",
+              "sync", "hand/Cw", "op-by-op/Cw", "sync/Cw");
   for (int stages = 1; stages <= kMaxAccelerators; ++stages) {
-    Pipeline async_pipe(*async_island, stages), sequential_pipe(*sequential_island, stages);
-    std::vector<std::pair<Pipeline*, bool>> cases = {
-        {&async_pipe, false}, {&sequential_pipe, false}, {&async_pipe, true}, {&sequential_pipe, true}};
-    std::vector<std::function<double()>> timed;
-    for (auto [pipe, streamed] : cases) {
-      pipe->Time(4, streamed);  // warm-up
-      int count = SampleSize(1 / pipe->Time(8, streamed), 1);
-      timed.push_back([pipe = pipe, streamed = streamed, count] { return pipe->Time(count, streamed); });
-    }
-    auto samples = Alternate(runs, timed);
-    std::vector<double> us;
-    for (auto& s : samples) us.push_back(Median(s) * 1e6);
-    std::printf("%6d | %10.1f %10.1f %9.2f | %10.1f %10.1f %9.2f\n", stages, us[0], us[1], us[1] / us[0],
-                us[2], us[3], us[3] / us[2]);
+    Pipeline causeway_pipe(*async_island, stages, false), op_by_op_pipe(*async_island, stages, true),
+        synchronous_pipe(*synchronous_island, stages, false);
+    HandPipeline hand_pipe(rt, stages);
     for (int streamed : {0, 1}) {
+      std::vector<std::function<double(int, bool)>> ways = {
+          [&](int c, bool st) { return causeway_pipe.Time(c, st); },
+          [&](int c, bool st) { return hand_pipe.Time(c, st); },
+          [&](int c, bool st) { return op_by_op_pipe.Time(c, st); },
+          [&](int c, bool st) { return synchronous_pipe.Time(c, st); }};
+      std::vector<std::function<double()>> timed;
+      for (auto& way : ways) {
+        way(4, streamed);  // warm-up
+        int count = SampleSize(1 / way(8, streamed), 1);
+        timed.push_back([&way, count, streamed] { return way(count, streamed); });
+      }
+      auto samples = Alternate(runs, timed);
+      std::vector<double> us;
+      for (auto& s : samples) us.push_back(Median(s) * 1e6);
       const char* mode = streamed ? "streamed" : "latency";
+      // Ratios of runs per second: Causeway's over the other's.
+      std::printf("%6d %8s | %9.1f %9.1f %9.1f %9.1f | %10.2f %10.2f %8.2f\n", stages, mode, us[0], us[1],
+                  us[2], us[3], us[1] / us[0], us[2] / us[0], us[3] / us[0]);
       report.Add("pipeline", absl::StrCat(mode, " ", stages, stages == 1 ? " stage" : " stages"), "runs/s")
-          .Value(1e6 / us[2 * streamed])
-          .Baseline("sequential dispatch", 1e6 / us[2 * streamed + 1])
+          .Value(1e6 / us[0])
+          .Baseline("hand-written async chain", 1e6 / us[1])
+          .Extra("op_by_op_runs_per_s", 1e6 / us[2])
+          .Extra("synchronous_runs_per_s", 1e6 / us[3])
           .Samples(runs)
           .Param("mode", mode)
           .Param("stages", stages)
-          .Param("floats_per_stage", kStageFloats);
+          .Param("floats_per_stage", kStageFloats)
+          .Param("runs_in_flight", streamed ? kPipelineWindow : 1);
+      std::fflush(stdout);
     }
-    std::fflush(stdout);
   }
 }
 

@@ -287,7 +287,7 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
       while (static_cast<int>(ahead.size()) > 4 * dispatch_ahead_) ahead.pop_front();
     }
   }
-  if (mode_ == DispatchMode::kSequential) {
+  if (mode_ == DispatchMode::kSynchronous) {
     if (await_hook_) await_hook_(run.client(), s);
     for (auto& f : *futures) (void)f.AwaitStatus();
   }

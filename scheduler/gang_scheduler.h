@@ -20,7 +20,7 @@
 // Dispatch: a dispatcher thread drains the queues. When the scheduler is idle
 // the submitting thread dispatches its own run at once (no hand-off to the
 // dispatcher thread on the critical path); the gang order is unchanged since
-// one thread dispatches at a time. In sequential mode each gang call is
+// one thread dispatches at a time. In synchronous mode each gang call is
 // awaited before the next is dispatched. Thread-safe.
 #ifndef CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
 #define CAUSEWAY_SCHEDULER_GANG_SCHEDULER_H_
@@ -42,7 +42,7 @@
 namespace causeway {
 
 enum class SchedulingPolicy { kFifo, kWeighted };
-enum class DispatchMode { kAsync, kSequential };
+enum class DispatchMode { kAsync, kSynchronous };
 
 // One dispatched gang call, for checking orders.
 struct GangCall {
@@ -80,11 +80,11 @@ class GangScheduler {
   absl::flat_hash_map<ClientId, int64_t> DeviceTime() const;
   DispatchMode mode() const { return mode_; }
 
-  // Called by the dispatching thread, holding no lock, each time sequential
+  // Called by the dispatching thread, holding no lock, each time synchronous
   // dispatch is about to await a gang call it has submitted: `client`'s
   // step `step`. A test may block in it to act while the dispatcher is
   // inside that call. Set before any run is queued.
-  void SetSequentialAwaitHookForTesting(std::function<void(ClientId client, size_t step)> hook) {
+  void SetSynchronousAwaitHookForTesting(std::function<void(ClientId client, size_t step)> hook) {
     await_hook_ = std::move(hook);
   }
 

@@ -6,7 +6,7 @@
 // transfer (a device-to-device copy). Several batches flow through: each is
 // one run of the program. With asynchronous dispatch every run is queued
 // before the first has finished (the gang scheduler submits each step with
-// waits on its inputs); with sequential dispatch each step is awaited before
+// waits on its inputs); with synchronous dispatch each step is awaited before
 // the next one is submitted. Results are checked against a CPU reference.
 #include <algorithm>
 #include <cmath>
@@ -98,9 +98,10 @@ int DemoCommand(const std::vector<std::string>& args) {
   };
   if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
   if (flags.Bool("help")) {
-    std::printf("usage: causeway demo [flags]\n\nA pipeline of matmuls, one stage per accelerator, run as a Causeway "
-                "program,\nchecked against a CPU reference and timed in asynchronous and sequential dispatch.\n\n%s",
-                flags.Help().c_str());
+    std::printf(
+        "usage: causeway demo [flags]\n\nA pipeline of matmuls, one stage per accelerator, run as a Causeway "
+        "program,\nchecked against a CPU reference and timed in asynchronous and synchronous dispatch.\n\n%s",
+        flags.Help().c_str());
     return 0;
   }
   auto options = RuntimeOptionsFromFlags(flags);
@@ -139,7 +140,7 @@ int DemoCommand(const std::vector<std::string>& args) {
   bool ok = true;
   for (int mode = 0; mode < 2; ++mode) {
     bool async = mode == 0;
-    auto p = Build(**rt, async ? DispatchMode::kAsync : DispatchMode::kSequential, n, batches, weights);
+    auto p = Build(**rt, async ? DispatchMode::kAsync : DispatchMode::kSynchronous, n, batches, weights);
     if (!p.ok()) return fail(p.status(), 1);
     if (async) {
       auto outputs = RunBatches(*p, inputs, n, false);
@@ -162,8 +163,8 @@ int DemoCommand(const std::vector<std::string>& args) {
     }
     std::sort(times.begin(), times.end());
     ms[mode] = times[times.size() / 2];
-    std::printf("%-12s %8.2f ms for %d batches (median of %d), %6.2f GFLOP/s\n", async ? "asynchronous" : "sequential",
-                ms[mode], batches, repeats, flops / (ms[mode] * 1e6));
+    std::printf("%-12s %8.2f ms for %d batches (median of %d), %6.2f GFLOP/s\n",
+                async ? "asynchronous" : "synchronous", ms[mode], batches, repeats, flops / (ms[mode] * 1e6));
     if (async) {
       for (size_t s = 0; s < stages; ++s) {
         Accelerator* a = (*rt)->accelerator(s);
@@ -172,7 +173,7 @@ int DemoCommand(const std::vector<std::string>& args) {
       }
     }
   }
-  std::printf("asynchronous dispatch is %.2fx sequential\n", ms[1] / ms[0]);
+  std::printf("asynchronous dispatch is %.2fx synchronous\n", ms[1] / ms[0]);
   return ok ? 0 : 1;
 }
 

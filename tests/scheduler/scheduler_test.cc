@@ -890,10 +890,10 @@ TEST(SchedulerTest, BytesHeldCountsExecutables) {
                                           << " bytes, executable intermediates " << intermediates << " bytes";
 }
 
-// Tests that sequential dispatch gives the same results as asynchronous
+// Tests that synchronous dispatch gives the same results as asynchronous
 // dispatch for the same program, and that it really runs one gang call at a
 // time.
-TEST(SchedulerTest, SequentialDispatchMatchesAsync) {
+TEST(SchedulerTest, SynchronousDispatchMatchesAsync) {
   constexpr uint32_t rows = 32, k = 32;
   constexpr int kRuns = 4;
   // c = (x * w0 on P) * (w1 * w2 on Q): two independent calls, a transfer, a call.
@@ -956,18 +956,18 @@ TEST(SchedulerTest, SequentialDispatchMatchesAsync) {
     *order = island->scheduler().TakeOrder();
   };
 
-  std::vector<std::vector<float>> async_results, sequential_results;
+  std::vector<std::vector<float>> async_results, synchronous_results;
   std::vector<GangCall> async_order, order;
   std::vector<TraceEvent> async_events, events;
   run_mode(DispatchMode::kAsync, &async_results, &async_order, &async_events);
   if (HasFailure()) return;
-  run_mode(DispatchMode::kSequential, &sequential_results, &order, &events);
+  run_mode(DispatchMode::kSynchronous, &synchronous_results, &order, &events);
   if (HasFailure()) return;
-  ASSERT_EQ(sequential_results.size(), async_results.size());
+  ASSERT_EQ(synchronous_results.size(), async_results.size());
   for (size_t r = 0; r < async_results.size(); ++r) {
-    EXPECT_EQ(sequential_results[r], async_results[r]) << "run " << r;  // the same kernels: bit for bit
+    EXPECT_EQ(synchronous_results[r], async_results[r]) << "run " << r;  // the same kernels: bit for bit
   }
-  // Sequential: each gang call's device work begins after the previous one's ends.
+  // Synchronous: each gang call's device work begins after the previous one's ends.
   // Four steps, two meshes: consecutive steps on one mesh form one gang call.
   ASSERT_EQ(order.size(), 2u * kRuns);
   std::map<std::pair<int, uint64_t>, size_t> call_of;
@@ -992,14 +992,14 @@ TEST(SchedulerTest, SequentialDispatchMatchesAsync) {
 }
 
 // Tests that closing a client while the dispatcher is inside one of its gang
-// calls (sequential dispatch: the call is being awaited) settles that run
+// calls (synchronous dispatch: the call is being awaited) settles that run
 // once, and leaves the scheduler working for the other client.
 TEST(SchedulerTest, ClosingAClientDuringItsGangCall) {
   RunConcurrently({[] {
                     auto rt = MakeRuntime(1);
                     ASSERT_NE(rt, nullptr);
                     IslandOptions io;
-                    io.dispatch = DispatchMode::kSequential;
+                    io.dispatch = DispatchMode::kSynchronous;
                     io.runs_in_flight = 8;
                     ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get(), io));
                     ASSERT_OK_AND_ASSIGN(auto a, island->Connect("a"));
@@ -1019,7 +1019,7 @@ TEST(SchedulerTest, ClosingAClientDuringItsGangCall) {
                     // B's second run until B is closed.
                     absl::Notification a_inside, b_queued, b_inside, b_closed;
                     int b_first_steps = 0;  // dispatcher threads only, one at a time
-                    island->scheduler().SetSequentialAwaitHookForTesting([&](ClientId client, size_t step) {
+                    island->scheduler().SetSynchronousAwaitHookForTesting([&](ClientId client, size_t step) {
                       if (client == a->id() && !a_inside.HasBeenNotified()) {
                         a_inside.Notify();
                         b_queued.WaitForNotification();
