@@ -4,12 +4,18 @@
 //   submit-await: one tiny kernel submitted and awaited, again and again.
 //   replay:       a one-dispatch command list submitted N times back to back,
 //                 then the last one awaited (the ring and completion path).
+//                 Raw: N vkQueueSubmit calls.
+//   replay-one-submit: the same Causeway figure against raw Vulkan
+//                 submitting the N buffers in one vkQueueSubmit of N submit
+//                 infos (what a runtime that batched its submissions would
+//                 do).
 //   batched:      one command list of N dependent dispatches, submitted and
 //                 awaited (recording, barriers and replay of a long list).
 //   relay:        N one-dispatch submissions alternating between two
 //                 accelerators (separate VkDevices on lavapipe), each waiting
 //                 for the one before it on the other: all submitted at once,
-//                 the last awaited. Raw: a host thread waits on each
+//                 the last awaited. Raw: a host thread (started before any
+//                 timing, as Causeway's relays are) waits on each
 //                 submission's timeline value and signals the next one's
 //                 semaphore on the other device, the least a cross-device
 //                 dependency costs where semaphores cannot be shared.
@@ -24,16 +30,17 @@
 // For steadier figures on a small machine: taskset -c 0, LP_NUM_THREADS=0.
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "runtime/builtin_kernels.h"
@@ -142,6 +149,25 @@ class Raw {
     CHECK_VK(vkQueueSubmit(acc_->queue(), 1, &si, VK_NULL_HANDLE));
     return value;
   }
+  // Submits every buffer of `cbs` in one vkQueueSubmit, one VkSubmitInfo
+  // each signalling the next timeline value (the batches run in order).
+  void SubmitAll(const std::vector<VkCommandBuffer>& cbs) {
+    const size_t n = cbs.size();
+    std::vector<uint64_t> values(n);
+    std::vector<VkTimelineSemaphoreSubmitInfo> tis(n, {VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO});
+    std::vector<VkSubmitInfo> sis(n, {VK_STRUCTURE_TYPE_SUBMIT_INFO});
+    for (size_t i = 0; i < n; ++i) {
+      values[i] = ++value_;
+      tis[i].signalSemaphoreValueCount = 1;
+      tis[i].pSignalSemaphoreValues = &values[i];
+      sis[i].pNext = &tis[i];
+      sis[i].commandBufferCount = 1;
+      sis[i].pCommandBuffers = &cbs[i];
+      sis[i].signalSemaphoreCount = 1;
+      sis[i].pSignalSemaphores = &timeline_;
+    }
+    CHECK_VK(vkQueueSubmit(acc_->queue(), static_cast<uint32_t>(n), sis.data(), VK_NULL_HANDLE));
+  }
   void WaitLast() { Wait(value_); }
   void Wait(uint64_t value) {
     VkSemaphoreWaitInfo wi{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
@@ -178,39 +204,67 @@ class Raw {
   uint64_t value_ = 0;
 };
 
-// The raw relay chain: `cbs[d]` are one-dispatch buffers of device d (one per
-// in-flight submission). Submission k runs on device k % 2 and waits for
-// submission k - 1 through the relay semaphore of its device, which a host
-// thread signals once k - 1 has finished. Relay values rise run after run.
-void RawRelayChain(Raw* raw[2], const std::vector<VkCommandBuffer> cbs[2], int hops, uint64_t* relay_value) {
-  std::vector<uint64_t> signalled(hops);
-  const uint64_t base = *relay_value;
-  absl::Mutex mu;
-  int published = 0;
-  std::thread relay([&] {
-    for (int k = 1; k < hops; ++k) {
-      uint64_t v;
-      {
-        absl::MutexLock lock(&mu);
-        auto ready = [&] { return published >= k; };
-        mu.Await(absl::Condition(&ready));
-        v = signalled[k - 1];
-      }
-      raw[(k - 1) % 2]->Wait(v);
-      raw[k % 2]->SignalRelay(base + k);
+// The raw relay: a host thread, started once before anything is timed, that
+// waits on each submission's timeline value and then signals the relay
+// semaphore of the device that runs the next one.
+class RawRelay {
+ public:
+  explicit RawRelay(Raw* raw[2]) : raw_{raw[0], raw[1]}, thread_([this] { Loop(); }) {}
+  ~RawRelay() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
     }
-  });
-  for (int k = 0; k < hops; ++k) {
-    Raw* r = raw[k % 2];
-    uint64_t v = r->Submit(cbs[k % 2][k / 2], k == 0 ? VK_NULL_HANDLE : r->relay(), base + k);
-    absl::MutexLock lock(&mu);
-    signalled[k] = v;
-    published = k + 1;
+    thread_.join();
   }
-  raw[(hops - 1) % 2]->Wait(signalled[hops - 1]);
-  relay.join();
-  *relay_value = base + hops;
-}
+
+  // Submission k of a chain of `hops` runs on device k % 2 and waits for
+  // submission k - 1 through the relay semaphore of its device. Relay values
+  // rise chain after chain.
+  void Chain(const std::vector<VkCommandBuffer> cbs[2], int hops) {
+    const uint64_t base = relay_value_;
+    uint64_t last = 0;
+    for (int k = 0; k < hops; ++k) {
+      Raw* r = raw_[k % 2];
+      last = r->Submit(cbs[k % 2][k / 2], k == 0 ? VK_NULL_HANDLE : r->relay(), base + k);
+      if (k + 1 < hops) {
+        absl::MutexLock lock(&mu_);
+        hops_.push_back({k % 2, last, base + k + 1});
+      }
+    }
+    raw_[(hops - 1) % 2]->Wait(last);
+    relay_value_ = base + hops;
+  }
+
+ private:
+  struct Hop {
+    int from;              // the device whose submission is waited on
+    uint64_t value;        // its timeline value
+    uint64_t relay_value;  // what the other device's relay semaphore is set to
+  };
+  void Loop() {
+    while (true) {
+      Hop hop;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this] { return stop_ || !hops_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (hops_.empty()) return;
+        hop = hops_.front();
+        hops_.pop_front();
+      }
+      raw_[hop.from]->Wait(hop.value);
+      raw_[1 - hop.from]->SignalRelay(hop.relay_value);
+    }
+  }
+
+  Raw* raw_[2];
+  uint64_t relay_value_ = 0;
+  absl::Mutex mu_;
+  std::deque<Hop> hops_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
 
 struct Case {
   std::string name;
@@ -275,7 +329,7 @@ int Main(int argc, char** argv) {
   for (int d = 0; d < 2; ++d) {
     for (int i = 0; i < (n + 1) / 2; ++i) relay_cbs[d].push_back(raw_pair[d]->Record(1, false));
   }
-  uint64_t relay_value = 0;
+  RawRelay raw_relay(raw_pair);
   auto one1 = acc1->CreateCommandList("one").value();
   CHECK_OK(ops::Scale(*one1, x1, y1, kElements, 1.0f));
   Accelerator* pair[2] = {acc, acc1};
@@ -296,7 +350,7 @@ int Main(int argc, char** argv) {
   }
 
   // What each case's dispatches are, for the JSON report.
-  const int accelerators_of[] = {1, 1, 1, 2};
+  const int accelerators_of[] = {1, 1, 1, 1, 2};
   std::vector<Case> cases = {
       {"submit-await",
        [&] {
@@ -324,14 +378,28 @@ int Main(int argc, char** argv) {
          }
        },
        n * kReplays},
+      {"replay-one-submit",
+       [&] {
+         for (int rep = 0; rep < kReplays; ++rep) {
+           raw.SubmitAll(raw_ones);
+           raw.WaitLast();
+         }
+       },
+       [&] {
+         for (int rep = 0; rep < kReplays; ++rep) {
+           Future<> last;
+           for (int i = 0; i < n; ++i) last = acc->Submit(one);
+           CHECK_OK(last.Await());
+         }
+       },
+       n * kReplays},
       {"batched",
        [&] {
          raw.Submit(raw_many);
          raw.WaitLast();
        },
        [&] { CHECK_OK(acc->Submit(many).Await()); }, n},
-      {"relay",
-       [&] { RawRelayChain(raw_pair, relay_cbs, n, &relay_value); },
+      {"relay", [&] { raw_relay.Chain(relay_cbs, n); },
        [&] {
          Future<> prev;
          for (int k = 0; k < n; ++k) {
@@ -346,7 +414,7 @@ int Main(int argc, char** argv) {
   std::printf("dispatch cost on %s, %d-float kernels, median of %d runs%s%s\n", acc->info().name.c_str(), kElements,
               runs, std::getenv("LP_NUM_THREADS") ? ", LP_NUM_THREADS=" : "",
               std::getenv("LP_NUM_THREADS") ? std::getenv("LP_NUM_THREADS") : "");
-  std::printf("%-14s %12s %12s %8s\n", "case", "raw us/disp", "causeway", "ratio");
+  std::printf("%-26s %12s %12s %8s\n", "case", "raw us/disp", "causeway", "ratio");
   bench::Report report("dispatch");
   for (size_t k = 0; k < cases.size(); ++k) {
     Case& c = cases[k];
@@ -364,7 +432,7 @@ int Main(int argc, char** argv) {
       }
     }
     double mr = Median(raw_us), mc = Median(cw_us);
-    std::printf("%-14s %12.2f %12.2f %8.2f\n", c.name.c_str(), mr, mc, mc / mr);
+    std::printf("%-26s %12.2f %12.2f %8.2f\n", c.name.c_str(), mr, mc, mc / mr);
     report.Add("dispatch", c.name, "us/dispatch", /*higher_is_better=*/false)
         .Value(mc)
         .Baseline("raw Vulkan", mr)

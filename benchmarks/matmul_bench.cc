@@ -5,10 +5,13 @@
 //           product (a batch is one dispatch over workgroup z).
 //   matmul: ops::Matmul (shaders/matmul.comp), the older kernel, one
 //           dispatch per product (a batch is `batch` dispatches).
-//   OpenBLAS: cblas_sgemm on as many threads as the machine has cores (the
-//           cores lavapipe runs on), one call per product, with the kernels
-//           for the CPU's vector width (see main: OpenBLAS 0.3.21 mistakes
-//           some CPUs for SSE3 ones).
+//   OpenBLAS: cblas_sgemm on as many threads as this process may use (its
+//           CPU affinity: the cores lavapipe runs on), one call per product,
+//           with the kernels for the CPU's vector width (see main: OpenBLAS
+//           0.3.21 mistakes some CPUs for SSE3 ones); for a batch, also the
+//           products side by side, one single-threaded call per thread, and
+//           the better of the two is the baseline. The core OpenBLAS runs
+//           is in the JSON.
 //
 // Each sample runs `reps` products back to back (so that one sample does at
 // least ~1 GFLOP: small shapes are not dominated by submission cost) and
@@ -20,6 +23,7 @@
 // --quick: 2 runs of two small shapes (seconds, for tests); --json: the
 // figures as a list of results (bench_report.h).
 #include <cblas.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,10 +121,17 @@ int Main(int argc, char** argv) {
   options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   Accelerator* acc = rt->accelerator(0);
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // OpenBLAS's threads: the CPUs this process may run on (under taskset,
+  // fewer than the machine's cores; more threads would only oversubscribe).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int threads = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                          ? std::max(1, CPU_COUNT(&cpus))
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   openblas_set_num_threads(threads);
-  std::printf("device: %s; OpenBLAS %s on %d threads\n", acc->info().name.c_str(), openblas_get_config(),
-              threads);
+  const std::string core = openblas_get_corename() != nullptr ? openblas_get_corename() : "unknown";
+  std::printf("device: %s; OpenBLAS %s (core %s) on %d threads\n", acc->info().name.c_str(),
+              openblas_get_config(), core.c_str(), threads);
   std::printf("%-18s %9s %9s %9s %8s %8s %5s\n", "shape", "gemm", "matmul", "OpenBLAS", "gemm/B", "matmul/B",
               "reps");
 
@@ -131,12 +142,30 @@ int Main(int argc, char** argv) {
     std::vector<float> a = reference::RandomFloats(a_n, 1), b = reference::RandomFloats(b_n, 2);
     std::vector<float> c_blas(c_n);
 
-    auto blas = [&] {
-      for (uint32_t i = 0; i < s.batch; ++i) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, a.data() + size_t{i} * s.m * s.k,
-                    s.k, b.data() + size_t{i} * s.k * s.n, s.n, 0.0f, c_blas.data() + size_t{i} * s.m * s.n, s.n);
-      }
+    auto product = [&](uint32_t i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f,
+                  a.data() + size_t{i} * s.m * s.k, s.k, b.data() + size_t{i} * s.k * s.n, s.n, 0.0f,
+                  c_blas.data() + size_t{i} * s.m * s.n, s.n);
     };
+    // The products one after another, each on OpenBLAS's threads.
+    auto blas = [&] {
+      for (uint32_t i = 0; i < s.batch; ++i) product(i);
+    };
+    // A batch's products side by side, one single-threaded sgemm per thread
+    // (OpenBLAS 0.3.21 has no batched sgemm): small products gain more from
+    // running at once than from threads inside each.
+    auto blas_side_by_side = [&] {
+      openblas_set_num_threads(1);
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+          for (uint32_t i = t; i < s.batch; i += threads) product(i);
+        });
+      }
+      for (auto& w : workers) w.join();
+      openblas_set_num_threads(threads);
+    };
+    const bool batched = s.batch > 1 && threads > 1;
 
     auto a_buf = Must(acc->CreateBuffer(a_n * 4), "CreateBuffer");
     auto b_buf = Must(acc->CreateBuffer(b_n * 4), "CreateBuffer");
@@ -179,6 +208,7 @@ int Main(int argc, char** argv) {
     CHECK_OK(acc->Submit(gemm).Await());
     CHECK_OK(acc->Submit(matmul).Await());
     blas();
+    if (batched) blas_side_by_side();
     auto time_list = [&](const std::shared_ptr<CommandList>& list) {
       return [&acc, list, &s, reps] {
         auto t0 = std::chrono::steady_clock::now();
@@ -186,14 +216,23 @@ int Main(int argc, char** argv) {
         return s.Flops() * reps / Seconds(t0) / 1e9;
       };
     };
-    std::vector<std::vector<double>> samples = bench::Alternate(
-        runs, {time_list(gemm), time_list(matmul), [&] {
-                 auto t0 = std::chrono::steady_clock::now();
-                 for (int r = 0; r < reps; ++r) blas();
-                 return s.Flops() * reps / Seconds(t0) / 1e9;
-               }});
-    const double g = Median(samples[0]), mm = Median(samples[1]), bl = Median(samples[2]);
-    std::printf("%-18s %9.2f %9.2f %9.2f %8.3f %8.3f %5d\n", s.Name().c_str(), g, mm, bl, g / bl, mm / bl, reps);
+    auto time_host = [&](const std::function<void()>& run) {
+      return [&s, reps, run] {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) run();
+        return s.Flops() * reps / Seconds(t0) / 1e9;
+      };
+    };
+    std::vector<std::function<double()>> cases = {time_list(gemm), time_list(matmul), time_host(blas)};
+    if (batched) cases.push_back(time_host(blas_side_by_side));
+    std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
+    const double g = Median(samples[0]), mm = Median(samples[1]);
+    // The baseline: the better of the two ways OpenBLAS can run a batch.
+    const double threaded = Median(samples[2]), side_by_side = batched ? Median(samples[3]) : 0;
+    const double bl = std::max(threaded, side_by_side);
+    std::printf(
+        "%-18s %9.2f %9.2f %9.2f %8.3f %8.3f %5d%s\n", s.Name().c_str(), g, mm, bl, g / bl, mm / bl, reps,
+        batched ? (side_by_side > threaded ? "  (B: products side by side)" : "  (B: threaded sgemm)") : "");
     std::fflush(stdout);
     for (auto [group, value] : {std::pair{"gemm", g}, std::pair{"matmul", mm}}) {
       report.Add(group, s.Name(), "GFLOP/s")
@@ -205,6 +244,10 @@ int Main(int argc, char** argv) {
           .Param("k", s.k)
           .Param("batch", s.batch)
           .Param("threads", threads)
+          .Param("openblas_core", core)
+          .Param("openblas_batch", !batched                  ? "threaded sgemm"
+                                   : side_by_side > threaded ? "side by side"
+                                                             : "threaded sgemm")
           .Extra("reps", reps);
     }
   }

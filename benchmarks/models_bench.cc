@@ -6,10 +6,14 @@
 // all the accelerators (the baseline of this pair) against two islands of
 // half each, data parallel across them over DCN (loopback).
 //
-// Each layout trains `--steps` steps after 2 warm-up steps (programs built,
-// pipelines compiled); a sample is one step's wall time from the trainer's
-// progress reports (steps are queued one ahead, so this is the steady-state
-// rate), and tokens/s is the global batch's tokens over the median step.
+// Every layout is built and trains 2 warm-up steps (programs built, pipelines
+// compiled); then the layouts take turns of 3 steps each, the order rotating
+// from turn to turn, so that noise on the machine falls on all of them alike,
+// until each has at least `--steps` samples. A sample is one step's wall
+// time from the trainer's progress reports, the first step of a turn not
+// counted (steps are queued one ahead, so the rest are the steady state);
+// tokens/s is the global batch's tokens over the median step. Every row runs
+// on the same device: CAUSEWAY_DEVICE, else the CPU driver.
 //
 //   causeway_models_bench [--steps=9] [--accelerators=4] [--no-islands] [--quick] [--json=FILE]
 #include <algorithm>
@@ -47,20 +51,28 @@ struct Layout {
   int islands = 0;    // 0: in this process; else island processes, one replica each
 };
 
-// The step time samples of `steps` steps after 2 warm-up steps, and the
-// last loss.
-std::pair<std::vector<double>, double> TimeSteps(models::Trainer& trainer, int steps) {
-  Must(trainer.Train(2), "warm-up");
+// A layout being trained: its island processes and controller (for the
+// island rows; declared first, so the trainer goes before them), its trainer
+// and its samples.
+struct Running {
+  const Layout* layout = nullptr;
+  std::vector<std::unique_ptr<transport::IslandProcess>> processes;
+  std::unique_ptr<transport::Controller> controller;
+  std::unique_ptr<models::Trainer> trainer;
   std::vector<double> seconds;
-  auto losses = Must(trainer.Train(steps, [&](const models::StepReport& r) { seconds.push_back(r.seconds); }),
-                     "Train");
-  return {seconds, losses.back()};
-}
+  double loss = 0;
+};
 
-std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators) {
+// Steps a layout trains per turn; the first of a turn starts with nothing
+// queued, so only the rest are samples of the steady state.
+constexpr int kStepsPerTurn = 3;
+
+std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators,
+                                                      const std::string& device) {
   const char* cli = std::getenv("CAUSEWAY_CLI");
-  return Must(transport::IslandProcess::Start(cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name,
-                                              {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+  return Must(transport::IslandProcess::Start(
+                  cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name,
+                  {absl::StrCat("--device=", device), absl::StrCat("--accelerators=", accelerators)}),
               "start an island");
 }
 
@@ -107,8 +119,12 @@ int Main(int argc, char** argv) {
                                       ? std::string(corpus_env)
                                       : std::string(CAUSEWAY_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
   const models::TextCorpus corpus = Must(models::TextCorpus::Load(corpus_path), "TextCorpus::Load");
+  // Every row on the same device: CAUSEWAY_DEVICE, else the CPU driver.
+  const char* device_env = std::getenv("CAUSEWAY_DEVICE");
+  const std::string device = device_env != nullptr && device_env[0] != '\0' ? device_env : "cpu";
   RuntimeOptions options;
   options.accelerators = accelerators;
+  options.device = device;
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   auto island = Must(Island::Create(rt.get()), "Island::Create");
   auto client = Must(island->Connect("models_bench"), "Connect");
@@ -127,53 +143,80 @@ int Main(int argc, char** argv) {
   std::printf("model: %u layers, d_model %u, %u heads, d_ff %u, context %u; global batch %u; %d accelerators (%s)\n",
               config.layers, config.d_model, config.heads, config.d_ff, config.seq_len, batch, n,
               rt->accelerator(0)->info().name.c_str());
-  std::printf("%-20s %12s %10s %12s\n", "layout", "tokens/s", "vs SPMD", "final loss");
-  bench::Report report("models");
-  double spmd = 0, one_island = 0;
-  for (const Layout& layout : layouts) {
+
+  // Every layout is built and warmed up (2 steps: programs built, pipelines
+  // compiled), then they take turns, kStepsPerTurn steps each, the order
+  // rotating, so that a busy spell of the machine falls on all of them.
+  std::vector<Running> running(layouts.size());
+  for (size_t l = 0; l < layouts.size(); ++l) {
+    const Layout& layout = layouts[l];
+    Running& r = running[l];
+    r.layout = &layout;
     models::TrainOptions o;
     o.config = config;
     o.layout = models::TrainLayout{batch, layout.micro_batches, static_cast<uint32_t>(std::max(layout.islands, 1))};
     o.stages = layout.stages;
-    std::vector<double> seconds;
-    double loss = 0;
     if (layout.islands == 0) {
-      auto trainer = Must(models::Trainer::Create(client.get(), corpus, o), "Trainer::Create");
-      std::tie(seconds, loss) = TimeSteps(*trainer, steps);
+      r.trainer = Must(models::Trainer::Create(client.get(), corpus, o), "Trainer::Create");
     } else {
-      std::vector<std::unique_ptr<transport::IslandProcess>> processes;
       std::vector<std::string> addresses;
       for (int i = 0; i < layout.islands; ++i) {
-        processes.push_back(StartIsland(absl::StrCat("island-", i), n / layout.islands));
-        addresses.push_back(processes.back()->address());
+        r.processes.push_back(
+            StartIsland(absl::StrCat("of", layout.islands, "-island-", i), n / layout.islands, device));
+        addresses.push_back(r.processes.back()->address());
       }
-      auto controller = Must(transport::Controller::Connect(addresses), "Controller::Connect");
-      auto backend = Must(models::RemoteBackend::Create(controller.get()), "RemoteBackend::Create");
-      auto trainer = Must(models::Trainer::Create(std::move(backend), corpus, o), "Trainer::Create");
-      std::tie(seconds, loss) = TimeSteps(*trainer, steps);
+      r.controller = Must(transport::Controller::Connect(addresses), "Controller::Connect");
+      auto backend = Must(models::RemoteBackend::Create(r.controller.get()), "RemoteBackend::Create");
+      r.trainer = Must(models::Trainer::Create(std::move(backend), corpus, o), "Trainer::Create");
     }
-    const double tokens = static_cast<double>(batch) * config.seq_len;
-    const double rate = tokens / Median(seconds);
-    if (layout.name == "SPMD") spmd = rate;
-    if (layout.islands == 1) one_island = rate;
+    Must(r.trainer->Train(2), "warm-up");
+  }
+  const int turns = (steps + kStepsPerTurn - 2) / (kStepsPerTurn - 1);
+  for (int turn = 0; turn < turns; ++turn) {
+    for (size_t k = 0; k < running.size(); ++k) {
+      Running& r = running[(k + turn) % running.size()];
+      int step = 0;
+      auto losses = Must(r.trainer->Train(kStepsPerTurn,
+                                          [&](const models::StepReport& report) {
+                                            if (step++ > 0) r.seconds.push_back(report.seconds);
+                                          }),
+                         "Train");
+      r.loss = losses.back();
+    }
+  }
+
+  std::printf("%-20s %12s %10s %12s\n", "layout", "tokens/s", "vs SPMD", "final loss");
+  bench::Report report("models");
+  const double tokens = static_cast<double>(batch) * config.seq_len;
+  double spmd = 0, one_island = 0;
+  for (const Running& r : running) {
+    const double rate = tokens / Median(r.seconds);
+    if (r.layout->name == "SPMD") spmd = rate;
+    if (r.layout->islands == 1) one_island = rate;
+  }
+  for (const Running& r : running) {
+    const Layout& layout = *r.layout;
+    const double rate = tokens / Median(r.seconds);
     // Islands against one island; the rest against SPMD in this process.
     const double base = layout.islands > 0 ? one_island : spmd;
-    std::printf("%-20s %12.0f %10.3f %12.4f\n", layout.name.c_str(), rate, rate / spmd, loss);
+    std::printf("%-20s %12.0f %10.3f %12.4f\n", layout.name.c_str(), rate, rate / spmd, r.loss);
     if (layout.islands > 1) std::printf("%-20s %12s %10.3f (vs 1 island)\n", "", "", rate / one_island);
-    std::fflush(stdout);
     report.Add("train", layout.name, "tokens/s")
         .Value(rate)
         .Baseline(layout.islands > 0 ? "SPMD, 1 island" : "SPMD", base)
-        .Samples(steps)
+        .Samples(static_cast<int>(r.seconds.size()))
         .Param("stages", static_cast<double>(layout.stages.size()))
         .Param("micro_batches", layout.micro_batches)
         .Param("accelerators", n)
         .Param("batch", batch)
         .Param("islands", layout.islands)
-        .Extra("final_loss", loss);
+        .Param("device", device)
+        .Extra("final_loss", r.loss);
   }
-  std::printf("tokens/s: global batch tokens over the median step time of %d steps (after 2 warm-up steps).\n",
-              steps);
+  std::printf(
+      "tokens/s: global batch tokens over the median step time of %d steps a layout (turns of %d steps, "
+      "layouts interleaved, the first step of a turn not counted).\n",
+      turns * (kStepsPerTurn - 1), kStepsPerTurn);
   report.WriteOrDie(common.json);
   return 0;
 }

@@ -150,7 +150,7 @@ TEST(BenchCommandTest, QuickDispatchWritesReport) {
   fs::path out = dir / "out";
   Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dispatch --out ", out.string()), dir);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("[1/1] dispatch: 4 results"));
+  EXPECT_THAT(r.err, HasSubstr("[1/1] dispatch: 5 results"));
   EXPECT_THAT(r.out, HasSubstr("submit-await"));
   EXPECT_THAT(r.out, HasSubstr("raw Vulkan"));
 
@@ -172,7 +172,7 @@ TEST(BenchCommandTest, QuickDispatchWritesReport) {
   ExpectResults(results, "dispatch");
   std::vector<std::string> cases;
   for (const json& res : results) cases.push_back(res["case"]);
-  EXPECT_THAT(cases, ::testing::ElementsAre("submit-await", "replay", "batched", "relay"));
+  EXPECT_THAT(cases, ::testing::ElementsAre("submit-await", "replay", "replay-one-submit", "batched", "relay"));
 
   // The CSV: a header and the same rows in the same order.
   std::vector<std::string> lines = absl::StrSplit(ReadFile(out / "results.csv"), '\n', absl::SkipEmpty());
