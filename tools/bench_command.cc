@@ -719,6 +719,59 @@ std::string Markdown(const json& report, const std::vector<SuiteRun>& runs,
   return md;
 }
 
+// The README's benchmark table lies between these lines; --update-doc
+// rewrites what is between them from the same results as BENCHMARKS.md.
+constexpr char kReadmeBegin[] = "<!-- bench-summary: made by causeway bench --update-doc -->";
+constexpr char kReadmeEnd[] = "<!-- bench-summary end -->";
+
+// The headline table for the README: per suite and group, every result of a
+// group of at most four, else its first and last (the smallest and largest
+// size, stage or device count), with the run's commit and date.
+std::string ReadmeSummary(const json& report) {
+  const json& results = report["results"];
+  std::string md = absl::StrCat("Made by `", report["command"].get<std::string>(), "` on ",
+                                report["date"].get<std::string>());
+  if (report["git"].is_object()) {
+    absl::StrAppend(&md, " at commit `", report["git"]["commit"].get<std::string>().substr(0, 12), "`");
+  }
+  absl::StrAppend(&md, " (", report["machine"].value("cpu", std::string("?")), ", ",
+                  report["machine"].value("cores", 0),
+                  " cores); every figure in [BENCHMARKS.md](BENCHMARKS.md). ",
+                  "Ratio: Causeway's figure over the baseline's, measured in the same run.\n\n",
+                  "| suite | case | Causeway | baseline | ratio |\n| --- | --- | ---: | --- | ---: |\n");
+  std::vector<std::pair<std::string, std::string>> groups;
+  for (const json& r : results) {
+    std::pair<std::string, std::string> g = {Text(r, "suite"), Text(r, "group")};
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  }
+  for (const auto& [suite, group] : groups) {
+    std::vector<const json*> rows = Group(results, suite, group);
+    if (rows.size() > 4) rows = {rows.front(), rows.back()};
+    for (const json* r : rows) {
+      const std::string baseline = Text(*r, "baseline");
+      absl::StrAppend(
+          &md, "| ", suite, " | ", Text(*r, "case"), " | ", Figure(Number(*r, "value")), " ",
+          Text(*r, "metric"), " | ",
+          baseline.empty() ? "-" : absl::StrCat(baseline, ": ", Figure(Number(*r, "baseline_value"))), " | ",
+          baseline.empty() ? "-" : Figure(Number(*r, "ratio")), " |\n");
+    }
+  }
+  return md;
+}
+
+// `readme` with the text between its summary markers replaced by `summary`;
+// FailedPrecondition if the markers are missing or out of order.
+absl::StatusOr<std::string> ReplaceReadmeSummary(const std::string& readme, const std::string& summary) {
+  const size_t begin = readme.find(kReadmeBegin);
+  const size_t end = readme.find(kReadmeEnd);
+  if (begin == std::string::npos || end == std::string::npos || end < begin) {
+    return absl::FailedPreconditionError(absl::StrCat("README.md lacks the lines '", kReadmeBegin, "' and '",
+                                                      kReadmeEnd, "' around its benchmark table"));
+  }
+  const size_t from = begin + std::strlen(kReadmeBegin);
+  return absl::StrCat(readme.substr(0, from), "\n", summary, readme.substr(end));
+}
+
 // The summary on stdout: one line per result.
 void PrintSummary(const json& results) {
   std::vector<std::vector<std::string>> rows = {{"suite", "case", "Causeway", "baseline", "ratio"}};
@@ -1005,15 +1058,28 @@ int BenchCommand(const std::vector<std::string>& args) {
     } else if (repo.empty() || !fs::is_directory(repo)) {
       code = Fail(absl::StrCat("--update-doc: no repository at '", repo.string(), "' (give --repo)"), 1);
     } else {
-      fs::create_directories(repo / "docs" / "bench", ec);
-      for (const std::string& p : plots) {
-        fs::copy_file(out / p, repo / "docs" / "bench" / p, fs::copy_options::overwrite_existing, ec);
-        if (ec)
-          code = Fail(
-              absl::StrCat("cannot copy ", p, " to ", (repo / "docs" / "bench").string(), ": ", ec.message()),
-              1);
+      // The README's table comes from the same results (one source); a
+      // README without its markers leaves the repository untouched.
+      std::ifstream in(repo / "README.md");
+      std::stringstream readme;
+      readme << in.rdbuf();
+      absl::StatusOr<std::string> updated = ReplaceReadmeSummary(readme.str(), ReadmeSummary(report));
+      if (!updated.ok()) {
+        code = Fail(
+            absl::StrCat("--update-doc: ", (repo / "README.md").string(), ": ", updated.status().message()),
+            1);
+      } else {
+        fs::create_directories(repo / "docs" / "bench", ec);
+        for (const std::string& p : plots) {
+          fs::copy_file(out / p, repo / "docs" / "bench" / p, fs::copy_options::overwrite_existing, ec);
+          if (ec)
+            code = Fail(absl::StrCat("cannot copy ", p, " to ", (repo / "docs" / "bench").string(), ": ",
+                                     ec.message()),
+                        1);
+        }
+        write(repo / "BENCHMARKS.md", Markdown(report, runs, plots, "docs/bench", /*raw_links=*/false));
+        write(repo / "README.md", *updated);
       }
-      write(repo / "BENCHMARKS.md", Markdown(report, runs, plots, "docs/bench", /*raw_links=*/false));
     }
   }
 

@@ -270,6 +270,14 @@ TEST(BenchCommandTest, UpdateDocWritesRepositoryDoc) {
   fs::path dir = FreshDir("updatedoc");
   fs::path repo = dir / "repo";
   fs::create_directories(repo);
+  const std::string begin = "<!-- bench-summary: made by causeway bench --update-doc -->";
+  const std::string end = "<!-- bench-summary end -->";
+  {
+    std::ofstream readme(repo / "README.md");
+    readme << "# A project\n\nBefore the table.\n"
+           << begin << "\n| an old | table |\n"
+           << end << "\nAfter the table.\n";
+  }
   Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dcn --update-doc --repo ", repo.string(),
                                 " --out ", (dir / "out").string()),
                    dir);
@@ -281,6 +289,41 @@ TEST(BenchCommandTest, UpdateDocWritesRepositoryDoc) {
     EXPECT_THAT(md, HasSubstr("](docs/bench/dcn.svg)"));
     EXPECT_TRUE(fs::exists(repo / "docs" / "bench" / "dcn.svg"));
   }
+
+  // The README's table is rewritten from the same results; the rest stays.
+  const std::string readme = ReadFile(repo / "README.md");
+  EXPECT_TRUE(absl::StartsWith(readme, "# A project\n\nBefore the table.\n" + begin + "\n")) << readme;
+  EXPECT_TRUE(absl::EndsWith(readme, end + "\nAfter the table.\n")) << readme;
+  EXPECT_THAT(readme, Not(HasSubstr("an old")));
+  EXPECT_THAT(readme, HasSubstr("causeway bench --quick --only dcn --update-doc"));
+  const json report = json::parse(ReadFile(dir / "out" / "results.json"));
+  for (const json& res : report["results"]) {
+    // Every row of the quick dcn run (groups of at most four rows).
+    const std::string row = absl::StrCat("| dcn | ", res["case"].get<std::string>(), " | ");
+    EXPECT_THAT(readme, HasSubstr(row));
+    EXPECT_THAT(readme, HasSubstr(absl::StrCat(res["baseline"].get<std::string>(), ": ")));
+  }
+}
+
+// Tests that --update-doc refuses a README without the summary's markers
+// and then writes nothing into the repository.
+TEST(BenchCommandTest, UpdateDocRefusesAReadmeWithoutMarkers) {
+  fs::path dir = FreshDir("updatedoc-nomarkers");
+  fs::path repo = dir / "repo";
+  fs::create_directories(repo);
+  {
+    std::ofstream readme(repo / "README.md");
+    readme << "# A project\n\nNo table here.\n";
+  }
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dispatch --update-doc --repo ", repo.string(),
+                                " --out ", (dir / "out").string()),
+                   dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("README.md lacks the lines '<!-- bench-summary: made by causeway bench --update-doc -->'"));
+  EXPECT_FALSE(fs::exists(repo / "BENCHMARKS.md"));
+  EXPECT_EQ(ReadFile(repo / "README.md"), "# A project\n\nNo table here.\n");
 }
 
 // Tests that --list names every suite and finds its binary.
