@@ -167,14 +167,32 @@ const std::string& Controller::island_name(int i) const { return islands_[i]->co
 
 absl::Status Controller::island_status(int i) const { return islands_[i]->connection->status(); }
 
+absl::Status Controller::LostError(int i, const absl::Status& why) const {
+  return absl::UnavailableError(absl::StrCat("island ", i, " ('", island_name(i), "' at ",
+                                             islands_[i]->address, ") lost: ", why.message()));
+}
+
+absl::Status Controller::LostIfDown(int i) const {
+  absl::Status s = islands_[i]->connection->status();
+  return s.ok() ? s : LostError(i, s);
+}
+
 absl::StatusOr<std::string> Controller::Call(int island, const std::string& request) {
   if (island < 0 || island >= island_count()) {
     return absl::InvalidArgumentError(absl::StrCat("no island ", island, " (the controller has ", island_count(), ")"));
   }
   Request r;
   r.set_island(request);
-  ASSIGN_OR_RETURN(Response response,
-                   islands_[island]->connection->Call(r, absl::Now() + options_.call_timeout));
+  absl::StatusOr<Response> called =
+      islands_[island]->connection->Call(r, absl::Now() + options_.call_timeout);
+  if (!called.ok()) {
+    // A call that failed because the connection did is the island's loss.
+    // (The watch loop fails the island's pending work.)
+    if (absl::Status down = islands_[island]->connection->status(); !down.ok())
+      return LostError(island, down);
+    return called.status();
+  }
+  const Response& response = *called;
   if (response.kind_case() != Response::kIsland) {
     return absl::DataLossError(absl::StrCat("island ", island_name(island), " answered with no island response"));
   }
@@ -253,7 +271,7 @@ absl::Status Controller::Download(const RemoteArray& array, void* host, uint64_t
   {
     absl::MutexLock lock(&mu_);
     if (array.island < 0 || array.island >= island_count()) return absl::InvalidArgumentError("no such island");
-    if (lost_[array.island]) return islands_[array.island]->connection->status();
+    if (lost_[array.island]) return LostIfDown(array.island);
     id = next_fetch_++;
     fetches_[id] = fetch;
   }
@@ -374,7 +392,7 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     absl::MutexLock lock(&mu_);
     tag = next_tag_++;
     for (const auto& part : program->parts) {
-      if (lost_[part.island]) return islands_[part.island]->connection->status();
+      if (lost_[part.island]) return LostIfDown(part.island);
       pending->islands.push_back(part.island);
       pending->parts.push_back({part.island, part.id, part.receives});
       pending->remaining++;
@@ -404,6 +422,9 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     r.set_island(in.SerializeAsString());
     absl::Status sent = islands_[part.island]->connection->Notify(r, absl::Now() + options_.call_timeout);
     if (!sent.ok()) {
+      if (absl::Status down = islands_[part.island]->connection->status(); !down.ok()) {
+        sent = LostError(part.island, down);
+      }
       // The parts already sent will fail or finish; this run is failed.
       absl::ReleasableMutexLock lock(&mu_);
       for (size_t q = p; q < program->parts.size(); ++q) {
@@ -441,6 +462,16 @@ void Controller::HandleNote(int island, const std::string& note) {
       std::shared_ptr<PendingRun> run = it->second;
       runs_.erase(it);
       absl::Status s = StatusFromPeer(d.code(), absl::StrCat("island '", island_name(island), "': ", d.message()));
+      if (!s.ok()) {
+        // A part that failed because another island of the run went down
+        // (its channel closed) reports that island's loss.
+        for (int other : run->islands) {
+          if (absl::Status down = LostIfDown(other); !down.ok()) {
+            s = down;
+            break;
+          }
+        }
+      }
       if (run->status.ok() && !s.ok()) run->status = s;
       if (--run->remaining == 0) {
         finished = run->promise;
@@ -514,8 +545,7 @@ void Controller::IslandLost(int i, const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     if (lost_[i]) return;
     lost_[i] = true;
-    const absl::Status status = absl::UnavailableError(
-        absl::StrCat("island ", i, " ('", island_name(i), "' at ", islands_[i]->address, ") lost: ", why.message()));
+    const absl::Status status = LostError(i, why);
     for (auto it = runs_.begin(); it != runs_.end();) {
       std::shared_ptr<PendingRun> run = it->second;
       bool involved = false;
@@ -526,7 +556,9 @@ void Controller::IslandLost(int i, const absl::Status& why) {
       }
       if (std::get<0>(it->first) != i) cancel.emplace_back(std::get<0>(it->first), std::get<1>(it->first));
       runs_.erase(it++);
-      if (run->status.ok()) run->status = status;
+      // The loss is the cause of whatever else the run's other parts saw
+      // (a channel from the lost island closed).
+      run->status = status;
       if (--run->remaining == 0) failed.emplace_back(run->promise, run->status);
     }
     for (auto& [id, fetch] : fetches_) {

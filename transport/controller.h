@@ -148,6 +148,11 @@ class Controller {
   void WatchLoop();
   // Fails what depends on island `i`, once.
   void IslandLost(int i, const absl::Status& why);
+  // The one form of a lost island's error, wherever the loss is seen:
+  // Unavailable "island I ('NAME' at ADDRESS) lost: WHY".
+  absl::Status LostError(int i, const absl::Status& why) const;
+  // LostError for island `i` if its connection has failed, else OK.
+  absl::Status LostIfDown(int i) const;
   // One part of run `tag` failed: the parts still going stop waiting for
   // values from the others, which may never come (the link between two
   // islands may be what failed, so the islands cannot be left to tell each

@@ -1,6 +1,8 @@
 // Island servers in processes of their own, driven by a controller over
 // loopback: programs over two islands against the same program in one
 // process, islands killed and stopped mid-program, secrets.
+#include "scheduler/island.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,13 +12,14 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <random>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -25,19 +28,18 @@
 #include "gtest/gtest.h"
 #include "runtime/reference.h"
 #include "runtime/status.h"
-#include "scheduler/island.h"
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
-#include "tests/testing/test_support.h"
 #include "scheduler/split.h"
+#include "tests/testing/test_support.h"
 #include "transport/connection.h"
 #include "transport/control.pb.h"
 #include "transport/controller.h"
 #include "transport/frame.h"
 #include "transport/island.pb.h"
-#include "transport/socket.h"
 #include "transport/island_process.h"
 #include "transport/island_server.h"
+#include "transport/socket.h"
 
 namespace causeway::transport {
 namespace {
@@ -395,13 +397,20 @@ TEST(IslandServerTest, RunRefusedByTheIslandFailsWithItsReason) {
 }
 
 // Tests that kill -9 of an island in the middle of a stream of runs fails
-// the controller's pending runs within the deadline, naming the island, and
-// that the other island keeps serving.
+// the controller's pending runs within the deadline, and that the other
+// island keeps serving. Every error that the loss causes (the runs in flight,
+// whichever island's part saw it first; runs, downloads and calls after it)
+// is the one form naming the island, its name and address.
 TEST(IslandServerTest, KilledIslandFailsRunsWithinTheDeadline) {
   Cluster c = StartCluster();
   ASSERT_NE(c.program, nullptr);
   Inputs in = MakeInputs(1);
   RemoteInputs remote = Upload(c, in);
+  const std::string lost = absl::StrCat("island 1 ('isl-b' at ", c.b->address(), ") lost: ");
+  auto expect_lost = [&](const absl::Status& s, const std::string& what) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << what << ": " << s;
+    EXPECT_TRUE(absl::StartsWith(s.message(), lost)) << what << ": " << s;
+  };
   std::vector<RemoteRun> runs;
   for (int r = 0; r < 3; ++r) runs.push_back(*c.controller->Execute(c.program, {remote.x, remote.y, remote.w}));
   ASSERT_OK(runs[0].done.AwaitStatus(absl::Now() + kRunTimeout));
@@ -417,12 +426,18 @@ TEST(IslandServerTest, KilledIslandFailsRunsWithinTheDeadline) {
     ASSERT_FALSE(absl::IsDeadlineExceeded(s)) << "a run still pending 7 s after the kill";
     if (!s.ok()) {
       ++failed;
-      EXPECT_THAT(std::string(s.message()), HasSubstr("isl-b"));
+      expect_lost(s, absl::StrCat("run ", failed));
     }
   }
   EXPECT_GT(failed, 0);
   EXPECT_LT(absl::Now() - killed, absl::Seconds(7));
   EXPECT_FALSE(c.controller->island_status(1).ok());
+  // After the loss: a run, a download and a call that need island 1.
+  expect_lost(c.controller->Execute(c.program, {remote.x, remote.y, remote.w}).status(), "execute");
+  std::vector<float> w(kCols * kCols);
+  expect_lost(c.controller->Download(remote.w, w.data(), w.size() * 4, absl::Now() + kRunTimeout),
+              "download");
+  expect_lost(c.controller->CreateArray(c.mb, {4}, DType::kF32).status(), "create an array");
   // Island a still works: a program on it alone.
   ProgramDef local;
   local.set_name("local");
