@@ -7,6 +7,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -182,6 +184,13 @@ class Sender : public Channel, public std::enable_shared_from_this<Sender> {
   std::shared_ptr<IslandServer::PeerLink> link_;
 };
 
+// "host" of "host:port" (and "[v6]" of "[v6]:port").
+std::string HostOf(const SocketAddress& address) {
+  std::string text = address.ToString();
+  const size_t colon = text.rfind(':');
+  return colon == std::string::npos ? text : text.substr(0, colon);
+}
+
 }  // namespace
 
 // One accepted connection: a controller (a client of the island) or a peer
@@ -190,7 +199,8 @@ class Sender : public Channel, public std::enable_shared_from_this<Sender> {
 // the session's worker, and what waits for devices, to its outbox.
 class IslandServer::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(IslandServer* server, Socket socket) : server_(server), socket_(std::move(socket)) {}
+  Session(IslandServer* server, Socket socket)
+      : server_(server), source_(HostOf(socket.peer_address())), socket_(std::move(socket)) {}
 
   // Ends the session: fails what waits on this peer's values, closes the
   // connection (joining its threads, so no handler runs after), gives back
@@ -234,6 +244,14 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (thread_.joinable()) thread_.join();
   }
   bool done() const { return done_.load(); }
+  // Still in its handshake: accepted, not yet authenticated, not ended.
+  bool unauthenticated() const {
+    if (done_.load()) return false;
+    absl::MutexLock lock(&mu_);
+    return connection_ == nullptr;
+  }
+  // The host the connection came from (its address without the port).
+  const std::string& source() const { return source_; }
   void Close(const std::string& why) {
     absl::MutexLock lock(&mu_);
     if (connection_ != nullptr) connection_->Close(why);
@@ -282,6 +300,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     ServerHandshakeOptions handshake;
     handshake.name = server_->options_.name;
     handshake.secret = server_->options_.secret;
+    handshake.timeout = server_->options_.handshake_timeout;
     ConnectionOptions options = server_->options_.connection;
     std::weak_ptr<Session> weak = shared_from_this();
     options.data_sink.begin = [weak](const DataHeader& h) -> absl::StatusOr<uint8_t*> {
@@ -672,6 +691,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   IslandServer* server_;
+  const std::string source_;
   Socket socket_;
   std::thread thread_;
   std::atomic<bool> done_{false};
@@ -799,13 +819,64 @@ void IslandServer::AcceptLoop() {
       if (stopping_) return;
     }
     absl::StatusOr<Socket> socket = listener_.Accept(absl::Now() + absl::Milliseconds(100));
-    if (!socket.ok()) continue;  // the deadline, mostly; a failed accept is retried
+    if (!socket.ok()) {
+      if (absl::IsDeadlineExceeded(socket.status())) continue;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays
+      // queued; say so once and retry after a pause rather than spin, while
+      // the sessions already served go on.
+      Refused(absl::StrCat("accepting a connection failed: ", socket.status().message()));
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
     auto session = std::make_shared<Session>(this, *std::move(socket));
+    std::vector<std::shared_ptr<Session>> current;
+    {
+      absl::MutexLock lock(&mu_);
+      current = sessions_;
+    }
+    // Counted outside the server's lock: a session takes its own lock before
+    // the server's, never after.
+    int pending = 0, from_source = 0;
+    for (const auto& s : current) {
+      if (!s->unauthenticated()) continue;
+      ++pending;
+      from_source += s->source() == session->source();
+    }
+    if (pending >= options_.max_unauthenticated || from_source >= options_.max_unauthenticated_per_address) {
+      // Dropping the session closes the socket: the peer sees the
+      // connection closed before any handshake.
+      Refused(absl::StrCat("refused a connection from ", session->source(), ": ", pending,
+                           " connections are in their handshake (at most ", options_.max_unauthenticated,
+                           "), ", from_source, " from that address (at most ",
+                           options_.max_unauthenticated_per_address, ")"));
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    try {
+      session->Start();
+    } catch (const std::system_error& e) {
+      Refused(absl::StrCat("no thread for a connection from ", session->source(), ": ", e.what()));
+      continue;
+    }
     sessions_.push_back(session);
-    session->Start();
   }
+}
+
+void IslandServer::Refused(const std::string& why) {
+  // Said at most once a second, with how many went unsaid, so that a flood
+  // does not flood the log too.
+  const absl::Time now = absl::Now();
+  if (now - last_refusal_note_ < absl::Seconds(1)) {
+    ++unsaid_refusals_;
+    return;
+  }
+  std::fprintf(stderr, "island '%s': %s%s\n", options_.name.c_str(), why.c_str(),
+               unsaid_refusals_ == 0
+                   ? ""
+                   : absl::StrCat(" (and ", unsaid_refusals_, " more since the last note)").c_str());
+  last_refusal_note_ = now;
+  unsaid_refusals_ = 0;
 }
 
 void IslandServer::ReapLoop() {

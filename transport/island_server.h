@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
 #include "transport/auth.h"
@@ -59,6 +60,14 @@ struct IslandServerOptions {
   IslandOptions island;
   // Answers launch rendezvous requests (process 0 of a launch); may be null.
   IslandRegistry* registry = nullptr;
+  // Admission: connections still in their handshake (not yet authenticated)
+  // at once, overall and from one source address. A connection past either
+  // cap is closed as soon as it is accepted; authenticated sessions are not
+  // counted. Each holds a thread for at most the handshake deadline.
+  int max_unauthenticated = 64;
+  int max_unauthenticated_per_address = 16;
+  // How long a connection may take over its handshake.
+  absl::Duration handshake_timeout = kDefaultHandshakeTimeout;
 };
 
 class IslandServer {
@@ -89,6 +98,9 @@ class IslandServer {
  private:
   IslandServer(Runtime* runtime, IslandServerOptions options);
   void AcceptLoop();
+  // Notes a refused or failed connection on stderr (rate-limited); the
+  // accept loop's thread only.
+  void Refused(const std::string& why);
   void ReapLoop();
   std::shared_ptr<Receiver> FindReceiver(uint64_t id);
   // A program's receiving channels, all or none: AlreadyExists if an id is
@@ -116,6 +128,9 @@ class IslandServer {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // The accept loop's own (Refused).
+  absl::Time last_refusal_note_ = absl::InfinitePast();
+  int unsaid_refusals_ = 0;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Receiver>> receivers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
   // Links whose peer is gone, out of peers_ (a peer started again comes at

@@ -761,6 +761,62 @@ TEST(IslandServerTest, ServerLeaksNothingAcrossSessions) {
   EXPECT_EQ(rt->accelerator(0)->memory_in_use(), memory);
 }
 
+// server.sessions() once it equals `want`, or after 10 s.
+size_t AwaitSessions(const IslandServer& server, size_t want) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server.sessions() != want && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  return server.sessions();
+}
+
+// Connects to `address` and returns the socket, holding the connection in
+// its handshake (nothing is sent).
+Socket HoldHandshake(const SocketAddress& address) {
+  return ValueOrThrow(Socket::Connect(address, absl::Now() + causeway::testing::kSchedulingSlack));
+}
+
+// Whether the island closed `socket` without a word: a read ends at once
+// with the connection closed, rather than at its deadline.
+void ExpectClosedAtOnce(Socket& socket, const std::string& what) {
+  uint8_t byte;
+  const absl::Time start = absl::Now();
+  absl::Status s = socket.ReadExact(&byte, 1, start + absl::Seconds(60));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << what << ": " << s;
+  EXPECT_LT(absl::Now() - start, causeway::testing::kSchedulingSlack) << what;
+}
+
+// Tests connection admission: connections in their handshake are capped
+// overall and per source address; one past a cap is closed at once, the
+// admitted ones are served, and once they are gone a controller is served.
+TEST(IslandServerTest, ConnectionsInTheirHandshakeAreCapped) {
+  auto rt = MakeRuntime(1);
+  for (bool per_address : {true, false}) {
+    SCOPED_TRACE(per_address ? "per address" : "overall");
+    IslandServerOptions options;
+    options.name = "capped";
+    options.max_unauthenticated = per_address ? 100 : 3;
+    options.max_unauthenticated_per_address = per_address ? 3 : 100;
+    options.handshake_timeout = absl::Seconds(60);  // the held connections stay held
+    ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+    std::vector<Socket> held;
+    for (int i = 0; i < 3; ++i) held.push_back(HoldHandshake(server->address()));
+    EXPECT_EQ(AwaitSessions(*server, 3), 3u);
+    // Past the cap: closed at once, however many come.
+    for (int i = 0; i < 5; ++i) {
+      Socket extra = HoldHandshake(server->address());
+      ExpectClosedAtOnce(extra, absl::StrCat("connection ", 4 + i));
+    }
+    EXPECT_EQ(server->sessions(), 3u);
+    // A controller is refused too while the cap is reached, ...
+    EXPECT_FALSE(Controller::Connect({server->address().ToString()}).ok());
+    // ... and served once the held connections are gone.
+    held.clear();
+    EXPECT_EQ(AwaitSessions(*server, 0), 0u);
+    ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({server->address().ToString()}));
+    ASSERT_OK_AND_ASSIGN(IslandDescription d, controller->Describe(0));
+    EXPECT_EQ(d.name, "capped");
+  }
+}
+
 // Tests that an island lets go of its links to peer islands that died: a
 // peer killed and started again on another port, run after run, leaves no
 // descriptor or thread of its old links behind on the island that sent to
