@@ -125,6 +125,9 @@ int Main(int argc, char** argv) {
   RuntimeOptions options;
   options.accelerators = accelerators;
   options.device = device;
+  // Every layout's trainer is alive at once (they take turns): on the CPU
+  // driver, whose device memory is host memory, room for all of them.
+  if (device == "cpu") options.memory_budget = uint64_t{2} << 30;
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   auto island = Must(Island::Create(rt.get()), "Island::Create");
   auto client = Must(island->Connect("models_bench"), "Connect");
