@@ -1,9 +1,11 @@
 #include "runtime/accelerator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "runtime/fault_injection.h"
 #include "runtime/status.h"
@@ -21,6 +23,18 @@ void TraceIciBytes(uint64_t bytes) {
 
 }  // namespace
 namespace {
+
+// What an abandoned accelerator leaves behind (Accelerator::Abandon).
+struct AbandonedAccelerator {
+  std::shared_ptr<Device> device;
+  std::vector<std::unique_ptr<MemoryPool>> pools;
+  std::unique_ptr<ImportCache> imports;
+  std::shared_ptr<void> gate;
+  std::vector<std::shared_ptr<CommandList>> lists;
+};
+
+ABSL_CONST_INIT absl::Mutex g_abandoned_mu(absl::kConstInit);
+std::vector<AbandonedAccelerator*>* g_abandoned ABSL_GUARDED_BY(g_abandoned_mu) = nullptr;
 
 // How long the completion thread sleeps in one device wait before it looks
 // at the shutdown flag again.
@@ -134,6 +148,23 @@ Accelerator::~Accelerator() {
     shutdown_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
+  if (quarantined()) {
+    // What held the queue may run on past any deadline: wait a bounded
+    // time for the queue to drain, then abandon it rather than hang.
+    uint64_t last;
+    {
+      absl::MutexLock lock(&ring_mu_);
+      last = next_value_;
+    }
+    VkSemaphoreWaitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+    wait.semaphoreCount = 1;
+    wait.pSemaphores = &timeline_;
+    wait.pValues = &last;
+    if (vkWaitSemaphores(device_->handle(), &wait, absl::ToInt64Nanoseconds(kAbandonAfter)) == VK_TIMEOUT) {
+      Abandon();
+      return;
+    }
+  }
   {
     absl::MutexLock queue_lock(queue_mu_);
     vkQueueWaitIdle(queue_);
@@ -171,6 +202,44 @@ Accelerator::~Accelerator() {
     vkDestroySemaphore(device_->handle(), timeline_, nullptr);
     CountVulkanObject(-1);
   }
+}
+
+void Accelerator::Abandon() {
+  absl::Status health;
+  size_t lists;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    health = health_;
+    lists = lost_lists_.size();
+  }
+  std::fprintf(
+      stderr,
+      "causeway: abandoning %s at teardown: its queue was still running %zu submission%s %.1f s after "
+      "shutdown began (%s); its memory and VkDevice are kept until the process exits\n",
+      name().c_str(), lists, lists == 1 ? "" : "s", absl::ToDoubleSeconds(kAbandonAfter),
+      std::string(health.message()).c_str());
+  // The device may still read and write all of it: nothing is freed, and
+  // the VkDevice (with its instance) is never destroyed. Reachable from a
+  // global, so leak checkers do not count it.
+  auto* kept = new AbandonedAccelerator;
+  kept->device = device_;
+  kept->pools.push_back(std::move(device_pool_));
+  kept->pools.push_back(std::move(upload_pool_));
+  kept->pools.push_back(std::move(readback_pool_));
+  kept->imports = std::move(imports_);
+  kept->gate = std::move(gate_);
+  {
+    absl::MutexLock lock(&ring_mu_);
+    kept->lists = std::move(lost_lists_);
+  }
+  absl::MutexLock lock(&g_abandoned_mu);
+  if (g_abandoned == nullptr) g_abandoned = new std::vector<AbandonedAccelerator*>;
+  g_abandoned->push_back(kept);
+}
+
+int AbandonedAccelerators() {
+  absl::MutexLock lock(&g_abandoned_mu);
+  return g_abandoned == nullptr ? 0 : static_cast<int>(g_abandoned->size());
 }
 
 std::string Accelerator::name() const { return absl::StrCat("accelerator ", index_, " (", info().name, ")"); }
@@ -346,6 +415,11 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         slot->on_done = std::move(on_done);
         slot->on_device_time = std::move(options.on_device_time);
         slot->on_device_start = std::move(options.on_device_start);
+        slot->hold_limit = options.hold_limit;
+        if (options.hold_limit != absl::InfiniteDuration()) {
+          ++limited_in_flight_;
+          slot->what = options.what.empty() ? absl::StrCat("'", list->label(), "'") : std::move(options.what);
+        }
         slot->inputs.assign(waits.begin(), waits.end());
         break;
       }
@@ -654,30 +728,103 @@ void Accelerator::CompletionLoop() {
   Tracer::NameThread(absl::StrCat("completion ", index_));
   while (true) {
     uint64_t target;
+    bool held;
     {
       absl::MutexLock lock(&ring_mu_);
+      // Submissions with a hold limit in flight: every kHoldPoll, retire
+      // what is done and look at the oldest left.
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) {
-        return shutdown_ || (!wanted_.empty() && health_.ok());
+        return shutdown_ || (health_.ok() && (!wanted_.empty() || limited_in_flight_ > 0));
       };
       ring_mu_.Await(absl::Condition(&work));
       if (shutdown_) return;
-      target = *wanted_.begin();
+      held = limited_in_flight_ > 0;
+      target = wanted_.empty() ? retired_value_ + 1 : *wanted_.begin();
     }
-    WaitAndRetire(target, absl::Now() + absl::Nanoseconds(kCompletionPollNs));
+    absl::Duration wait = absl::Nanoseconds(kCompletionPollNs);
+    if (held) {
+      Retire();
+      wait = std::min({wait, kHoldPoll, CheckHold()});
+    }
+    WaitAndRetire(target, absl::Now() + wait);
   }
 }
 
+absl::Duration Accelerator::CheckHold() {
+  uint64_t culprit;
+  std::string what;
+  absl::Duration held, limit;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    const uint64_t head = retired_value_ + 1;
+    if (!health_.ok() || head > submitted_through_) return absl::InfiniteDuration();
+    const Slot& slot = slots_[head % capacity_];
+    if (slot.hold_limit == absl::InfiniteDuration()) return absl::InfiniteDuration();
+    const absl::Time now = absl::Now();
+    if (hold_value_ != head) {
+      hold_value_ = head;
+      hold_since_ = absl::InfiniteFuture();
+    }
+    if (hold_since_ == absl::InfiniteFuture()) {
+      // Still waiting for an input (another accelerator, another island):
+      // not yet holding this queue.
+      for (const Future<>& in : slot.inputs) {
+        if (!in.IsReady()) return kHoldPoll;
+      }
+      hold_since_ = now;
+    }
+    held = now - hold_since_;
+    if (held <= slot.hold_limit) return slot.hold_limit - held;
+    culprit = head;
+    what = slot.what;
+    limit = slot.hold_limit;
+  }
+  const std::string times = absl::StrFormat("%.2f s, past its limit of %.2f s", absl::ToDoubleSeconds(held),
+                                            absl::ToDoubleSeconds(limit));
+  Fail(absl::UnavailableError(absl::StrCat(name(), " is quarantined: ", what, " held it for ", times)),
+       culprit,
+       absl::DeadlineExceededError(absl::StrCat(what, " ran on ", name(), " for ", times,
+                                                " (the run's deadline); the accelerator is quarantined")));
+  return absl::InfiniteDuration();
+}
+
 void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline) {
+  bool limited;
   {
     absl::MutexLock lock(&ring_mu_);
     if (value <= retired_value_ || !health_.ok()) return;
+    limited = limited_in_flight_ > 0;
   }
+  if (limited) {
+    // Work with a hold limit is in flight: the accelerator may be
+    // quarantined while this waits, and a device wait would not see it (the
+    // work it waits for may never end). Wait in slices, looking between.
+    while (true) {
+      const absl::Time slice = std::min(deadline, absl::Now() + kHoldPoll);
+      WaitAndRetireOnce(value, slice);
+      absl::MutexLock lock(&ring_mu_);
+      if (value <= retired_value_ || !health_.ok() || slice >= deadline) return;
+    }
+  }
+  WaitAndRetireOnce(value, deadline);
+}
+
+void Accelerator::WaitAndRetireOnce(uint64_t value, absl::Time deadline) {
   VkSemaphoreWaitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
   wait.semaphoreCount = 1;
   wait.pSemaphores = &timeline_;
   wait.pValues = &value;
-  VkResult r = faults_.lose_device.exchange(false) ? VK_ERROR_DEVICE_LOST
-                                                   : vkWaitSemaphores(device_->handle(), &wait, NsUntil(deadline));
+  const int countdown = faults_.lose_device_countdown.load();
+  if (countdown > 0 && faults_.lose_device_countdown.fetch_sub(1) == 1) {
+    FailDevice(VkStatus(VK_ERROR_DEVICE_LOST, absl::StrCat("waiting on ", name())));
+    return;
+  }
+  if (ShouldInjectFault(FaultPoint::kDeviceWait)) {
+    FailDevice(InjectedFaultError(absl::StatusCode::kUnavailable, FaultPoint::kDeviceWait,
+                                  absl::StrCat("vkWaitSemaphores on ", name(), ": VK_ERROR_DEVICE_LOST")));
+    return;
+  }
+  VkResult r = vkWaitSemaphores(device_->handle(), &wait, NsUntil(deadline));
   if (r == VK_SUCCESS) {
     Retire();
   } else if (r != VK_TIMEOUT) {
@@ -765,6 +912,7 @@ void Accelerator::Retire() {
       absl::MutexLock lock(&ring_mu_);
       Slot& s = slots_[slot.value % capacity_];
       slot.relay_targets = std::move(s.relay_targets);
+      if (s.hold_limit != absl::InfiniteDuration()) --limited_in_flight_;
       s = Slot();
       retired_value_ = slot.value;  // frees the slot for the next submitter
       wanted_.erase(wanted_.begin(), wanted_.upper_bound(retired_value_));
@@ -783,11 +931,20 @@ void Accelerator::Retire() {
 }
 
 void Accelerator::FailDevice(absl::Status status) {
+  Fail(absl::UnavailableError(absl::StrCat(name(), " is lost: ", status.message())), 0, absl::OkStatus());
+}
+
+void Accelerator::Quarantine(absl::string_view why) {
+  Fail(absl::UnavailableError(absl::StrCat(name(), " is quarantined: ", why)), 0, absl::OkStatus());
+}
+
+void Accelerator::Fail(absl::Status health, uint64_t culprit, absl::Status culprit_status) {
   absl::MutexLock retire_lock(&retire_mu_);
   std::vector<Slot> failed;
   {
     absl::MutexLock lock(&ring_mu_);
-    if (health_.ok()) health_ = absl::UnavailableError(absl::StrCat(name(), " is lost: ", status.message()));
+    if (!health_.ok()) return;  // failed already: the first reason stays
+    health_ = std::move(health);
     // Slots still being submitted are failed too; their submitter sees that
     // (value <= retired_value_) when it publishes and resolves them.
     for (uint64_t v = retired_value_ + 1; v <= next_value_; ++v) {
@@ -796,6 +953,7 @@ void Accelerator::FailDevice(absl::Status status) {
     }
     retired_value_ = submitted_through_ = next_value_;
     wanted_.clear();
+    limited_in_flight_ = 0;
   }
   absl::Status s;
   {
@@ -809,7 +967,7 @@ void Accelerator::FailDevice(absl::Status status) {
       absl::MutexLock lock(&ring_mu_);
       lost_lists_.push_back(std::move(slot.list));
     }
-    if (slot.promise) slot.promise->Set(s);
+    if (slot.promise) slot.promise->Set(slot.value == culprit ? culprit_status : s);
     // Wake dependants on other devices; they see this failure when they retire.
     for (Accelerator* target : slot.relay_targets) target->SignalRelay(this, slot.value);
   }

@@ -48,7 +48,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "runtime/command_list.h"
 #include "runtime/copy_engine.h"
@@ -88,6 +90,17 @@ struct SubmitOptions {
   // start of the list when it retires successfully (clock calibration).
   // Null: not asked. Never called where the queue has no timestamps.
   std::function<void(int64_t)> on_device_start;
+  // The longest this submission may hold the queue once it runs (it is the
+  // oldest in flight and its inputs are done). Vulkan cannot take work back
+  // from a queue, so past it nothing behind it could run: the accelerator is
+  // quarantined (Quarantine), this submission's future fails with
+  // DeadlineExceeded and every other one with Unavailable. Measured by the
+  // completion thread, which looks every kHoldPoll while such a submission
+  // is the oldest. Infinite: no limit.
+  absl::Duration hold_limit = absl::InfiniteDuration();
+  // What the submission is, for those messages ("gang call 'spin' of
+  // program 'p' (kernel 'spin')"); the list's label when empty.
+  std::string what;
 };
 
 // Test hooks to make real failures happen on purpose.
@@ -96,9 +109,17 @@ struct FaultInjection {
   // returned `submit_error`; 0 = none.
   std::atomic<int> fail_submit_countdown{0};
   VkResult submit_error = VK_ERROR_OUT_OF_HOST_MEMORY;
-  // The next device wait reports VK_ERROR_DEVICE_LOST.
-  std::atomic<bool> lose_device{false};
+  // The Nth device wait from now (1 = the next) reports
+  // VK_ERROR_DEVICE_LOST; 0 = none. (The process-wide point kDeviceWait of
+  // fault_injection.h does the same for whichever accelerator waits.)
+  std::atomic<int> lose_device_countdown{0};
 };
+
+// How many accelerators this process has abandoned (Accelerator::
+// kAbandonAfter). A process that has abandoned one should leave with _exit:
+// the device may still be running work that static destructors would pull
+// from under it.
+int AbandonedAccelerators();
 
 class Accelerator final : public TimelineDriver {
  public:
@@ -203,8 +224,23 @@ class Accelerator final : public TimelineDriver {
   // A test hook: blocks until Submit has found the ring full `n` times in all
   // (each time, the submitting thread then waits for the oldest slot).
   void AwaitRingFullForTesting(uint64_t n) const;
-  // OK, or the sticky error that ended this accelerator (device lost).
+  // OK, or the sticky error that ended this accelerator: Unavailable naming
+  // it, "... is lost: ..." (the device was lost) or "... is quarantined: ..."
+  // (work held it past its limit).
   absl::Status health() const;
+  bool quarantined() const { return !health().ok(); }
+  // Takes this accelerator out of service for good: every submission in
+  // flight fails now with Unavailable "NAME is quarantined: WHY" (the device
+  // may still be running it; its lists are kept until the device is idle)
+  // and so does every later one. Idempotent (the first reason stays).
+  void Quarantine(absl::string_view why);
+  // How often the completion thread looks at a submission with a hold limit.
+  static constexpr absl::Duration kHoldPoll = absl::Milliseconds(20);
+  // At destruction, how long a quarantined accelerator's queue may take to
+  // drain before it is abandoned: a line on stderr names it, and its memory
+  // and VkDevice are kept, never freed, until the process exits (the device
+  // may still be using them). Teardown never waits for ever.
+  static constexpr absl::Duration kAbandonAfter = absl::Seconds(1);
   FaultInjection& faults() { return faults_; }
 
   // TimelineDriver (for the futures of this accelerator's submissions).
@@ -224,6 +260,8 @@ class Accelerator final : public TimelineDriver {
     std::vector<std::function<void()>> on_done;  // host steps, run at success
     std::function<void(int64_t)> on_device_time;
     std::function<void(int64_t)> on_device_start;
+    absl::Duration hold_limit = absl::InfiniteDuration();
+    std::string what;
   };
   // Waits on host futures: gate values are handed out in submission order and
   // the gate semaphore is raised to the highest value below which every host
@@ -260,9 +298,19 @@ class Accelerator final : public TimelineDriver {
   void CompletionLoop();
   // Waits for `value` on the timeline until `deadline`, then retires what is done.
   void WaitAndRetire(uint64_t value, absl::Time deadline);
+  // One device wait for `value` until `deadline`, then retires what is done.
+  void WaitAndRetireOnce(uint64_t value, absl::Time deadline);
   // Retires every submitted slot the device has finished, in order.
   void Retire() ABSL_LOCKS_EXCLUDED(ring_mu_, retire_mu_);
   void FailDevice(absl::Status status);
+  // Gives up on a quarantined queue that would not drain (kAbandonAfter).
+  void Abandon();
+  // Fails every slot in flight and every later submission with `health`;
+  // the slot of value `culprit` (0: none) with `culprit_status` instead.
+  void Fail(absl::Status health, uint64_t culprit, absl::Status culprit_status);
+  // Quarantines this accelerator if its oldest submission has held it past
+  // its hold limit; the time until it would (infinite: no limit applies).
+  absl::Duration CheckHold() ABSL_LOCKS_EXCLUDED(ring_mu_);
   // Marks a slot submitted (or resolves it, if FailDevice already failed it).
   void Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
                absl::Status status) ABSL_LOCKS_EXCLUDED(ring_mu_);
@@ -314,6 +362,11 @@ class Accelerator final : public TimelineDriver {
   // Values threads in WaitFor are waiting on the device for.
   absl::btree_multiset<uint64_t> device_waits_ ABSL_GUARDED_BY(ring_mu_);
   absl::Status health_ ABSL_GUARDED_BY(ring_mu_);
+  // The oldest submission as the completion thread last saw it, and since
+  // when it has run (its inputs done); InfiniteFuture: not yet running.
+  uint64_t hold_value_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  int limited_in_flight_ ABSL_GUARDED_BY(ring_mu_) = 0;  // slots with a hold limit
+  absl::Time hold_since_ ABSL_GUARDED_BY(ring_mu_) = absl::InfiniteFuture();
   bool shutdown_ ABSL_GUARDED_BY(ring_mu_) = false;
   std::vector<std::shared_ptr<CommandList>> lost_lists_ ABSL_GUARDED_BY(ring_mu_);
 

@@ -34,6 +34,8 @@ const char* FaultPointName(FaultPoint point) {
       return "send";
     case FaultPoint::kReceive:
       return "receive";
+    case FaultPoint::kDeviceWait:
+      return "device-wait";
   }
   return "unknown";
 }

@@ -10,6 +10,10 @@
 //   kSend        Socket::WriteAll, one message: the connection is reset
 //                (shut down both ways, so the peer sees it close too).
 //   kReceive     Socket::ReadExact, one message: likewise.
+//   kDeviceWait  an accelerator's wait on its timeline, as if the driver had
+//                returned VK_ERROR_DEVICE_LOST: that accelerator is
+//                quarantined for good (Accelerator::Quarantine), the others
+//                go on.
 //
 // Process-wide and thread-safe. Off, a point costs one relaxed atomic load.
 // A process can be armed from the environment at start: CAUSEWAY_FAULT=send:7
@@ -25,9 +29,10 @@
 
 namespace causeway {
 
-enum class FaultPoint { kAllocation = 0, kSubmission, kSend, kReceive };
-inline constexpr int kFaultPointCount = 4;
-const char* FaultPointName(FaultPoint point);  // "allocation", "submission", "send", "receive"
+enum class FaultPoint { kAllocation = 0, kSubmission, kSend, kReceive, kDeviceWait };
+inline constexpr int kFaultPointCount = 5;
+// "allocation", "submission", "send", "receive", "device-wait"
+const char* FaultPointName(FaultPoint point);
 
 // Starts counting calls at every point from zero, with no fault armed.
 void CountFaultPoints();
@@ -41,7 +46,7 @@ int64_t FaultPointCalls(FaultPoint point);
 // Whether the armed fault has been injected.
 bool FaultInjected();
 
-// "allocation:3", "submission:1", "send:12" or "receive:5"; InvalidArgument
+// "allocation:3", "submission:1", "send:12", "receive:5" or "device-wait:2"; InvalidArgument
 // for anything else. An empty string disarms.
 absl::Status ArmFaultFromString(absl::string_view spec);
 

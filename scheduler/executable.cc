@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/ops.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -21,9 +22,10 @@ std::vector<Future<>> RunCompletion::futures() const {
   return futures_;
 }
 
-void RunCompletion::AddFutures(const std::vector<Future<>>& futures) {
+void RunCompletion::AddFutures(const std::vector<Future<>>& futures, int gang_call) {
   absl::MutexLock lock(&mu_);
   futures_.insert(futures_.end(), futures.begin(), futures.end());
+  gang_calls_.insert(gang_calls_.end(), futures.size(), gang_call);
 }
 
 void RunCompletion::Finish(absl::Status status) {
@@ -32,25 +34,87 @@ void RunCompletion::Finish(absl::Status status) {
   error_ = std::move(status);
 }
 
-absl::Status RunCompletion::Await(absl::Time deadline) const {
+void RunCompletion::Expire(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (expired_.ok()) expired_ = std::move(status);
+}
+
+absl::Status RunCompletion::expired() const {
+  absl::MutexLock lock(&mu_);
+  return expired_;
+}
+
+bool RunCompletion::done() const {
+  absl::MutexLock lock(&mu_);
+  if (!dispatched_) return false;
+  for (const Future<>& f : futures_) {
+    if (!f.IsReady()) return false;
+  }
+  return true;
+}
+
+std::pair<Future<>, int> RunCompletion::FirstPending() const {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < futures_.size(); ++i) {
+    if (!futures_[i].IsReady()) return {futures_[i], gang_calls_[i]};
+  }
+  return {Future<>(), -1};
+}
+
+void RunCompletion::AwaitWork() const {
   std::vector<Future<>> futures;
   {
     absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithDeadline(absl::Condition(&dispatched_), deadline)) {
-      return absl::DeadlineExceededError("run not yet dispatched at the deadline");
-    }
-    if (!error_.ok()) return error_;
+    mu_.Await(absl::Condition(&dispatched_));
     futures = futures_;
   }
-  absl::Status first;
+  for (auto it = futures.rbegin(); it != futures.rend(); ++it) (void)it->AwaitStatus();
+}
+
+absl::Status RunCompletion::Await(absl::Time deadline) const {
+  // The run's own deadline ends the wait too: the deadline watch then fails
+  // the run (Expire), naming what had not finished.
+  const absl::Time until = std::min(deadline, deadline_);
+  auto expired_status = [this, deadline]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    auto expired = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !expired_.ok(); };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&expired), deadline)) {
+      return absl::DeadlineExceededError("run not finished at the deadline");
+    }
+    return expired_;
+  };
+  std::vector<Future<>> futures;
+  bool past_own_deadline = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dispatched_ || !expired_.ok(); };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&settled), until)) {
+      if (until >= deadline) return absl::DeadlineExceededError("run not yet dispatched at the deadline");
+      past_own_deadline = true;
+    } else {
+      if (!expired_.ok()) return expired_;
+      if (!error_.ok()) return error_;
+      futures = futures_;
+    }
+  }
+  if (past_own_deadline) return expired_status();
   // The last futures first: awaiting them retires the earlier ones on the
   // same accelerators in one go.
-  for (auto it = futures.rbegin(); it != futures.rend(); ++it) {
-    absl::Status s = it->AwaitStatus(deadline);
-    if (absl::IsDeadlineExceeded(s)) return s;
-    if (!s.ok() && first.ok()) first = s;
+  std::vector<absl::Status> statuses(futures.size());
+  for (size_t i = futures.size(); i-- > 0;) {
+    statuses[i] = futures[i].AwaitStatus(until);
+    if (absl::IsDeadlineExceeded(statuses[i]) && !futures[i].IsReady()) {
+      return until < deadline ? expired_status() : statuses[i];
+    }
   }
-  return first;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!expired_.ok()) return expired_;
+  }
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances)
@@ -122,6 +186,24 @@ std::string Executable::GangCallName(size_t g) const {
     name += program_->steps()[s].node;
   }
   return name;
+}
+
+std::string Executable::DescribeGangCall(size_t g) const {
+  std::vector<std::string> kernels;
+  for (size_t s = groups_[g].first; s < groups_[g].second; ++s) {
+    const ProgramStep& step = program_->steps()[s];
+    if (step.kind != ProgramStep::kCall) continue;
+    for (const KernelStep& k : step.function->steps()) {
+      std::string name = absl::StrCat("'", k.kernel->name(), "'");
+      if (std::find(kernels.begin(), kernels.end(), name) == kernels.end())
+        kernels.push_back(std::move(name));
+    }
+  }
+  return absl::StrCat("gang call '", GangCallName(g), "'",
+                      kernels.empty() ? ""
+                                      : absl::StrCat(" (kernel", kernels.size() > 1 ? "s " : " ",
+                                                     absl::StrJoin(kernels, ", "), ")"),
+                      " of program '", program_->name(), "'");
 }
 
 absl::Status Executable::RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
@@ -320,7 +402,14 @@ absl::StatusOr<std::shared_ptr<Executable::Instance>> Executable::MakeInstance()
 }
 
 absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<ArrayRef>& inputs,
-                                                              std::vector<ArrayRef>* outputs, uint64_t tag) {
+                                                              std::vector<ArrayRef>* outputs, uint64_t tag,
+                                                              absl::Duration deadline) {
+  const absl::Time started = absl::Now();
+  if (deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("program '", program_->name(),
+                                                   "': a run's deadline must be positive, got ",
+                                                   absl::FormatDuration(deadline)));
+  }
   const auto& params = program_->parameters();
   if (inputs.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat("program '", program_->name(), "' takes ", params.size(),
@@ -380,7 +469,8 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   }
   if (previous != nullptr) {
     HostSpan span("run-backpressure");
-    (void)previous->Await();  // its errors are its own run's
+    // Every piece of its work, even past its deadline: this run reuses its buffers.
+    previous->AwaitWork();  // its errors are its own run's
   }
   {
     absl::MutexLock lock(&mu_);
@@ -392,6 +482,9 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   run->executable_ = shared_from_this();
   run->client_ = client_;
   run->tag_ = tag;
+  run->deadline_ = deadline;
+  run->started_ = started;
+  run->completion_->set_deadline(started + deadline);
   run->instance_ = inst;
   run->values_ = inst->values;
   for (size_t i = 0; i < params.size(); ++i) run->values_[params[i]] = inputs[i];
@@ -497,7 +590,14 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
                                         : run.step_futures_[first - 1][peer]);
       }
     }
-    Future<> f = acc->Submit(list, waits, {on_device_time});
+    SubmitOptions submit;
+    submit.on_device_time = on_device_time;
+    if (const absl::Duration limit = run.deadline_; limit != absl::InfiniteDuration()) {
+      // No submission of the run may hold a device longer than the whole run may take.
+      submit.hold_limit = limit;
+      submit.what = DescribeGangCall(g);
+    }
+    Future<> f = acc->Submit(list, waits, std::move(submit));
     if (commands != nullptr) commands->push_back(static_cast<int>(list->size()));
     for (size_t s = first; s < last; ++s) {
       if (steps[s].kind != ProgramStep::kSend || inst->scratch[s][d].empty()) continue;
@@ -551,7 +651,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
   }
   if (!sends.empty()) {
     // The run (and its instance's staging) is done once its sends are.
-    run.completion_->AddFutures(sends);
+    run.completion_->AddFutures(sends, -1);
   }
   return futures;
 }

@@ -61,16 +61,40 @@ class RunCompletion {
  public:
   bool dispatched() const;
   std::vector<Future<>> futures() const;
-  // Blocks until dispatched and every future has finished; the first error.
+  // Blocks until dispatched and every future has finished, or the run's own
+  // deadline has passed (Expire); the first error in dispatch order.
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) const;
-  void AddFutures(const std::vector<Future<>>& futures);
+  // Blocks until dispatched and every future has resolved, whatever the
+  // deadline (before the run's buffers are used again).
+  void AwaitWork() const;
+  // `gang_call`: which gang call made them; -1 for the run's sends.
+  void AddFutures(const std::vector<Future<>>& futures, int gang_call);
   void Finish(absl::Status status);
+
+  // The run's deadline (set before it is queued); InfiniteFuture: none.
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+  absl::Time deadline() const { return deadline_; }
+  // Fails the run with `status` (its deadline passed): Await returns it at
+  // once, and the scheduler dispatches none of its gang calls from then on.
+  // Work already on the devices runs on (Vulkan cannot take it back); what
+  // holds a device past the deadline is quarantined there (SubmitOptions::
+  // hold_limit). The first status stays.
+  void Expire(absl::Status status);
+  absl::Status expired() const;
+  // Whether dispatch is over and every future has resolved.
+  bool done() const;
+  // The first future not yet resolved, in dispatch order, and its gang call
+  // (-1: a send); an invalid future when there is none.
+  std::pair<Future<>, int> FirstPending() const;
 
  private:
   mutable absl::Mutex mu_;
+  absl::Time deadline_ = absl::InfiniteFuture();
   bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  absl::Status expired_ ABSL_GUARDED_BY(mu_);
   std::vector<Future<>> futures_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> gang_calls_ ABSL_GUARDED_BY(mu_);  // per future
 };
 
 // One set of a program's intermediate buffers, scratch and recorded command
@@ -98,6 +122,10 @@ class RunState {
   // (ExecuteOptions::tag).
   uint64_t tag() const { return tag_; }
   size_t step_count() const;  // gang calls
+  // How long the run may take, from when it was prepared; infinite: no limit.
+  absl::Duration deadline() const { return deadline_; }
+  absl::Time started() const { return started_; }
+  const std::shared_ptr<RunCompletion>& completion() const { return completion_; }
   // Blocks until every step is dispatched and has finished; the first error.
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) { return completion_->Await(deadline); }
   bool dispatched() const { return completion_->dispatched(); }
@@ -111,6 +139,8 @@ class RunState {
   std::shared_ptr<Executable> executable_;
   ClientId client_ = 0;
   uint64_t tag_ = 0;
+  absl::Duration deadline_ = absl::InfiniteDuration();
+  absl::Time started_;
   std::shared_ptr<ExecutableInstance> instance_;
   std::vector<ArrayRef> values_;  // per program value
   size_t next_step_ = 0;          // guarded by the scheduler's lock
@@ -139,15 +169,20 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // Gang calls: runs of consecutive program steps on the same mesh.
   size_t gang_calls() const { return groups_.size(); }
   const Mesh& GangCallMesh(size_t g) const { return *program_->steps()[groups_[g].first].mesh; }
-  std::string GangCallName(size_t g) const;  // its nodes, joined by '+' 
+  std::string GangCallName(size_t g) const;  // its nodes, joined by '+'
+  // "gang call 'a+b' (kernels 'k1', 'k2') of program 'p'", for messages.
+  std::string DescribeGangCall(size_t g) const;
   ClientId client() const { return client_; }
 
   // Prepares a run: checks the inputs (naming the parameter), takes an
   // instance (waiting for its previous run if all are busy), allocates the
   // outputs. Nothing is submitted yet. `tag` names the run to channels; 0
   // takes the next of this executable's own count (1, 2, ...).
+  // `deadline`: how long the run may take from now (RunCompletion::Expire,
+  // SubmitOptions::hold_limit); infinite: no limit.
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
-                                                    std::vector<ArrayRef>* outputs, uint64_t tag = 0);
+                                                    std::vector<ArrayRef>* outputs, uint64_t tag = 0,
+                                                    absl::Duration deadline = absl::InfiniteDuration());
   // For gang call `g` of `run` headed by a receive: asks the channel for the
   // run's value (once; later calls return the same future), which resolves
   // when the value is in place. An invalid future for any other gang call.

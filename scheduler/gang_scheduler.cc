@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/accelerator.h"
 #include "runtime/trace.h"
 
@@ -33,6 +34,13 @@ GangScheduler::GangScheduler(SchedulingPolicy policy, DispatchMode mode, int dis
 }
 
 GangScheduler::~GangScheduler() {
+  std::thread watch;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stop_ = true;
+    watch.swap(watch_thread_);
+  }
+  if (watch.joinable()) watch.join();
   {
     // After this no arrival reaches the scheduler (one under way has
     // returned: it holds the waker's lock while it runs).
@@ -112,6 +120,7 @@ void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
 }
 
 void GangScheduler::Enqueue(std::shared_ptr<RunState> run) {
+  if (run->deadline() != absl::InfiniteDuration()) WatchDeadline(run);
   {
     absl::MutexLock lock(&mu_);
     if (!removed_.contains(run->client())) {
@@ -169,7 +178,7 @@ void GangScheduler::Drain(const RunState* until) {
     // cannot finish the run meanwhile; a channel resolves nothing of the
     // scheduler's from inside Receive.)
     Future<> arrival = run->executable()->Arrival(*run, run->next_step_);
-    if (arrival.valid() && !arrival.IsReady()) {
+    if (arrival.valid() && !arrival.IsReady() && run->completion()->expired().ok()) {
       run->waiting_ = true;
       mu_.Unlock();
       // May run at once, here, if the value has come since.
@@ -238,6 +247,11 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
                                                                   std::function<void(int64_t)> on_device_time) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
+  if (absl::Status expired = run.completion()->expired(); !expired.ok()) {
+    // Past its deadline: none of its remaining gang calls goes to a device.
+    exe.FinishDispatch(run, expired, s);
+    return expired;
+  }
   if (span.active()) span.set_args(absl::StrCat("\"node\":", JsonQuote(exe.GangCallName(s))));
   const Mesh& mesh = exe.GangCallMesh(s);
   // Under contention keep at most dispatch_ahead_ gang calls in flight per
@@ -278,7 +292,7 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     exe.FinishDispatch(run, error, s);
     return error;
   }
-  run.completion_->AddFutures(*futures);
+  run.completion_->AddFutures(*futures, static_cast<int>(s));
   if (policy_ == SchedulingPolicy::kWeighted) {
     for (int d = 0; d < mesh.size(); ++d) {
       std::deque<InFlight>& ahead = in_flight_[mesh.device(d)];
@@ -297,6 +311,68 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
 
 void GangScheduler::Arrived(const std::shared_ptr<RunState>& run) {
   // The dispatcher thread sees the run ready again when this unlocks.
+  absl::MutexLock lock(&mu_);
+  run->waiting_ = false;
+}
+
+void GangScheduler::WatchDeadline(const std::shared_ptr<RunState>& run) {
+  absl::MutexLock lock(&watch_mu_);
+  if (watch_stop_) return;
+  watched_.emplace(run->completion()->deadline(), run);
+  if (!watch_thread_.joinable()) {
+    watch_thread_ = std::thread([this] {
+      Tracer::NameThread(absl::StrCat("deadlines ", island_));
+      WatchLoop();
+    });
+  }
+}
+
+void GangScheduler::WatchLoop() {
+  while (true) {
+    std::shared_ptr<RunState> due;
+    {
+      absl::MutexLock lock(&watch_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+        return watch_stop_ || (!watched_.empty() && watched_.begin()->first <= absl::Now());
+      };
+      while (!woken()) {
+        const absl::Time next = watched_.empty() ? absl::InfiniteFuture() : watched_.begin()->first;
+        // A later run with an earlier deadline wakes this through the condition.
+        auto earlier = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+          return watch_stop_ || (!watched_.empty() && watched_.begin()->first < next);
+        };
+        watch_mu_.AwaitWithDeadline(absl::Condition(&earlier), next);
+      }
+      if (watch_stop_) return;
+      due = watched_.begin()->second.lock();
+      watched_.erase(watched_.begin());
+    }
+    if (due != nullptr && !due->completion()->done()) Expire(due);
+  }
+}
+
+void GangScheduler::Expire(const std::shared_ptr<RunState>& run) {
+  const Executable& exe = *run->executable();
+  std::string doing;
+  auto [pending, g] = run->completion()->FirstPending();
+  const double ran = absl::ToDoubleSeconds(absl::Now() - run->started());
+  if (pending.valid() && g >= 0) {
+    const auto* acc = dynamic_cast<const Accelerator*>(pending.timeline_driver());
+    doing = absl::StrFormat("%s on %s had not finished after %.2f s", exe.DescribeGangCall(g),
+                            acc != nullptr ? acc->name() : "the host", ran);
+  } else if (pending.valid()) {
+    doing = absl::StrFormat("its sends to another island had not finished after %.2f s", ran);
+  } else {
+    absl::MutexLock lock(&mu_);
+    const size_t next = std::min(run->next_step_, exe.gang_calls() - 1);
+    doing = absl::StrFormat(
+        "%s was not yet dispatched after %.2f s (%s)", exe.DescribeGangCall(next), ran,
+        run->waiting_ ? "its value from another island had not come" : "queued behind other work");
+  }
+  run->completion()->Expire(absl::DeadlineExceededError(
+      absl::StrFormat("run %d of program '%s' (client %d) passed its deadline of %.2f s: %s", run->tag(),
+                      exe.program().name(), run->client(), absl::ToDoubleSeconds(run->deadline()), doing)));
+  // A run waiting aside for a value goes to dispatch, which fails the rest.
   absl::MutexLock lock(&mu_);
   run->waiting_ = false;
 }

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -136,6 +137,13 @@ class GangScheduler {
   };
   // The value `run` waits for has arrived (or failed): it may go again.
   void Arrived(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Deadlines: runs with one are watched by a thread (started with the first
+  // such run) that fails each run still unfinished at its deadline
+  // (RunCompletion::Expire), naming what it was doing; a run waiting for a
+  // value from another island then goes to dispatch, which fails the rest.
+  void WatchDeadline(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(watch_mu_);
+  void WatchLoop();
+  void Expire(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SchedulingPolicy policy_;
   const DispatchMode mode_;
@@ -166,6 +174,10 @@ class GangScheduler {
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::function<void(ClientId, size_t)> await_hook_;
   std::thread thread_;
+  absl::Mutex watch_mu_;
+  std::multimap<absl::Time, std::weak_ptr<RunState>> watched_ ABSL_GUARDED_BY(watch_mu_);
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread watch_thread_;  // guarded by watch_mu_ until joined
 };
 
 }  // namespace causeway

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
@@ -103,8 +104,23 @@ absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& exe
   if (executable == nullptr || executable->client() != id_) {
     return absl::PermissionDeniedError(absl::StrCat("client '", name_, "' did not load that executable"));
   }
+  const IslandOptions& island = island_->options();
+  if (options.deadline < island.min_deadline) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "program '%s': a deadline of %s is below island '%s''s least of %s", executable->program().name(),
+        absl::FormatDuration(options.deadline), island.name, absl::FormatDuration(island.min_deadline)));
+  }
   Execution run;
-  ASSIGN_OR_RETURN(run.state, executable->Prepare(inputs, &run.outputs, options.tag));
+  absl::StatusOr<std::shared_ptr<RunState>> state =
+      executable->Prepare(inputs, &run.outputs, options.tag, std::min(options.deadline, island.run_deadline));
+  if (!state.ok() && closed()) {
+    // Closing released what the run was being prepared with: say why.
+    return absl::FailedPreconditionError(absl::StrCat("client '", name_,
+                                                      "' is closed (it closed while this run ",
+                                                      "was being prepared: ", state.status().message(), ")"));
+  }
+  if (!state.ok()) return state.status();
+  run.state = *std::move(state);
   {
     absl::MutexLock lock(&mu_);
     for (auto& o : run.outputs) TrackLocked(o);

@@ -41,6 +41,14 @@ struct IslandOptions {
   // competing clients queue in the scheduler, where the policy (not arrival
   // order) decides.
   int dispatch_ahead = 4;
+  // The longest a run may take: a run that asks for no deadline, or a longer
+  // one, gets this (ExecuteOptions::deadline). Infinite: no limit.
+  absl::Duration run_deadline = absl::InfiniteDuration();
+  // The shortest deadline a run may ask for (shorter ones are refused). Past
+  // its deadline a run's work that still holds an accelerator quarantines it
+  // for every tenant, so an island serving several keeps this well above
+  // the time a sound kernel takes.
+  absl::Duration min_deadline = absl::ZeroDuration();
 };
 
 class Client;
@@ -84,6 +92,13 @@ struct ExecuteOptions {
   // several islands exchange values run by run under one tag, which the
   // controller gives all of them. 0: the executable's own count of runs.
   uint64_t tag = 0;
+  // How long the run may take from Execute: past it, the run fails with
+  // DeadlineExceeded naming what it was doing (its gang call, kernel and
+  // accelerator), none of its remaining gang calls is dispatched, and an
+  // accelerator its work still holds is quarantined (its pending and later
+  // work fails with Unavailable; meshes avoid it). Infinite: the island's
+  // run_deadline.
+  absl::Duration deadline = absl::InfiniteDuration();
 };
 
 // One tenant of an island. Everything it allocates carries its id (the

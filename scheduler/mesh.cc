@@ -59,13 +59,24 @@ absl::StatusOr<std::shared_ptr<Mesh>> ResourceManager::Allocate(ClientId client,
     size *= d;
   }
   absl::MutexLock lock(&mu_);
-  if (size > static_cast<int64_t>(accelerators_.size())) {
-    return absl::ResourceExhaustedError(absl::StrCat("a mesh of ", size, " accelerators does not fit island '",
-                                                     island_, "' of ", accelerators_.size()));
+  // Quarantined accelerators (Accelerator::Quarantine) are out of service.
+  std::vector<int> order;
+  std::string out;
+  for (int i = 0; i < static_cast<int>(accelerators_.size()); ++i) {
+    if (accelerators_[i]->quarantined()) {
+      absl::StrAppend(&out, out.empty() ? "" : "; ", accelerators_[i]->health().message());
+    } else {
+      order.push_back(i);
+    }
+  }
+  if (size > static_cast<int64_t>(order.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a mesh of ", size, " accelerators does not fit island '", island_, "' of ", accelerators_.size(),
+        out.empty()
+            ? ""
+            : absl::StrCat(" (", accelerators_.size() - order.size(), " out of service: ", out, ")")));
   }
   // Least-loaded first, then by index, so meshes spread over the island.
-  std::vector<int> order(accelerators_.size());
-  std::iota(order.begin(), order.end(), 0);
   const std::vector<int> load = load_;  // a copy: the analysis does not follow the lock into the lambda
   std::stable_sort(order.begin(), order.end(), [&load](int a, int b) { return load[a] < load[b]; });
   std::vector<Accelerator*> devices;

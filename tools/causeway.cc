@@ -1,6 +1,7 @@
 // The causeway command line. Results go to stdout; errors to stderr with a
 // non-zero exit.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/accelerator.h"
 #include "runtime/trace.h"
 #include "tools/commands.h"
 
@@ -69,7 +71,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : kCommands) {
-    if (name == c.name) return c.run(args);
+    if (name != c.name) continue;
+    const int code = c.run(args);
+    if (causeway::AbandonedAccelerators() > 0) {
+      // A device still runs work it was given (the line above said which):
+      // leave without static destructors, which it could outlive.
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    return code;
   }
   std::fprintf(stderr, "causeway: unknown command '%s'\n\n", name.c_str());
   PrintHelp(stderr);

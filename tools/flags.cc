@@ -81,6 +81,20 @@ std::string Flags::Get(const std::string& name) const {
 
 bool Flags::Bool(const std::string& name) const { return Get(name) == "true"; }
 
+absl::StatusOr<absl::Duration> Flags::Duration(const std::string& name) const {
+  absl::Duration d;
+  const std::string text = Get(name);
+  if (!absl::ParseDuration(text, &d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants a duration such as 30s, 500ms or 1h30m, got '", text, "'"));
+  }
+  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be a finite duration > 0, got '", text, "'"));
+  }
+  return d;
+}
+
 absl::StatusOr<int64_t> Flags::Int(const std::string& name) const {
   int64_t v;
   std::string s = Get(name);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
 #include "transport/auth.h"
@@ -32,6 +33,9 @@ class Flags {
   std::string Get(const std::string& name) const;
   bool Bool(const std::string& name) const;
   absl::StatusOr<int64_t> Int(const std::string& name) const;
+  // A finite duration > 0 such as 30s, 500ms or 1h30m; InvalidArgument
+  // naming the flag otherwise.
+  absl::StatusOr<absl::Duration> Duration(const std::string& name) const;
   bool Has(const std::string& name) const;  // given on the command line
   const std::vector<std::string>& positional() const { return positional_; }
   std::string Help() const;

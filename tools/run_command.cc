@@ -93,12 +93,17 @@ int RunCommand(const std::vector<std::string>& args) {
   specs.push_back({"outputs", "write each output of the last run as DIR/<name>.bin (raw little-endian)", ""});
   specs.push_back(
       {"check-order", "trace the run and check that every accelerator followed the gang order", "", true});
+  specs.push_back(
+      {"deadline",
+       "fail any run that takes longer (e.g. 1s, 500ms), naming what it was doing; an accelerator "
+       "its work still holds is quarantined",
+       ""});
   Flags flags(specs);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(s, 2);
   if (flags.Bool("help")) {
     std::printf(
-        "usage: causeway run PROGRAM [--runs N] [--clients N] [--outputs DIR] [--check-order] [--trace FILE] "
-        "[flags]\n\n"
+        "usage: causeway run PROGRAM [--runs N] [--clients N] [--outputs DIR] [--check-order] [--deadline D] "
+        "[--trace FILE] [flags]\n\n"
         "Runs a program file (a program, its inputs, how to run it and what it must give;\n"
         "tools/program_file.proto, examples in examples/) on an island of this process.\n"
         "Prints each output's shape, dtype, checksum (FNV-1a 64 of its bytes), sum and first\n"
@@ -124,6 +129,12 @@ int RunCommand(const std::vector<std::string>& args) {
       return Fail(absl::InvalidArgumentError(absl::StrCat("--", name, " must be 1..", max, ", got ", *n)), 2);
     }
     *value = static_cast<int>(*n);
+  }
+  absl::Duration deadline = absl::InfiniteDuration();
+  if (flags.Has("deadline")) {
+    auto d = flags.Duration("deadline");
+    if (!d.ok()) return Fail(d.status(), 2);
+    deadline = *d;
   }
   auto options = RuntimeOptionsFromFlags(flags);
   if (!options.ok()) return Fail(options.status(), 2);
@@ -158,6 +169,7 @@ int RunCommand(const std::vector<std::string>& args) {
     // Enough runs in flight for the devices to stay busy, bounded so that
     // the intermediate buffers of queued runs stay small.
     island_options.runs_in_flight = std::clamp(runs, 2, 8);
+    island_options.run_deadline = deadline;
     auto island = Island::Create(rt->get(), island_options);
     if (!island.ok()) return Fail(island.status(), 1);
     ProgramFileRunOptions run_options;

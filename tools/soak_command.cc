@@ -502,20 +502,6 @@ std::string Mib(int64_t kib) {
 }
 std::string Count(int v) { return v < 0 ? "-" : absl::StrCat(v); }
 
-absl::StatusOr<absl::Duration> DurationFlag(const Flags& flags, const std::string& name) {
-  absl::Duration d;
-  const std::string text = flags.Get(name);
-  if (!absl::ParseDuration(text, &d)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " wants a duration such as 30s, 10m or 1h30m, got '", text, "'"));
-  }
-  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " must be a finite duration > 0, got '", text, "'"));
-  }
-  return d;
-}
-
 }  // namespace
 
 int SoakCommand(const std::vector<std::string>& args) {
@@ -581,7 +567,7 @@ int SoakCommand(const std::vector<std::string>& args) {
   for (auto [name, d] :
        {std::pair{"duration", &duration}, std::pair{"kill-min", &kill_min}, std::pair{"kill-max", &kill_max},
         std::pair{"report-every", &report_every}, std::pair{"timeout", &timeout}}) {
-    auto parsed = DurationFlag(flags, name);
+    auto parsed = flags.Duration(name);
     if (!parsed.ok()) return fail(parsed.status(), 2);
     *d = *parsed;
   }

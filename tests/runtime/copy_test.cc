@@ -412,7 +412,7 @@ constexpr absl::Duration kStuck = absl::Seconds(8);
 void AbandonStuckWork(Runtime& rt) {
   for (Accelerator* acc : rt.accelerators()) {
     if (acc->in_flight() == 0) continue;
-    acc->faults().lose_device = true;
+    acc->faults().lose_device_countdown = 1;
     (void)acc->Flush(absl::Now() + absl::Seconds(1));
   }
 }

@@ -168,7 +168,7 @@ TEST(RingTest, LostDeviceFailsFuturesWithoutHanging) {
   Future<> held = a0->Submit(c0.list, {gate_future});
   Future<> behind = a0->Submit(c0.list);
   Future<> on_peer = a1->Submit(c1.list, {behind});
-  a0->faults().lose_device = true;
+  a0->faults().lose_device_countdown = 1;
 
   absl::Status s = held.AwaitFor(absl::Seconds(10));
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;

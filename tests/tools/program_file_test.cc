@@ -27,9 +27,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "runtime/accelerator.h"
 #include "scheduler/island.h"
 #include "scheduler/program_def.h"
 #include "shaders/builtin_shaders.h"
@@ -753,6 +755,61 @@ inputs { value: "a" fill: 1 }
               dir);
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("PhysicalStorageBufferAddresses"));
+}
+
+// Tests that `causeway run --deadline 1s` on a kernel that would run for
+// minutes fails the run naming the kernel and its accelerator, quarantines
+// the accelerator, and leaves within seconds (the device still running it is
+// abandoned, and says so) instead of waiting the kernel out.
+TEST(RunCommandTest, DeadlineEndsAKernelThatWouldRunForMinutes) {
+  const fs::path dir = FreshDir("cli_deadline");
+  // 65535 workgroups of 60000 rounds: minutes on any CPU.
+  WriteFile(dir / "spin.comp", R"(#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) readonly buffer In { uint in_v[]; };
+layout(set = 0, binding = 1) writeonly buffer Out { uint out_v[]; };
+void main() {
+  uint x = in_v[0] + gl_WorkGroupID.x;
+  for (uint i = 0u; i < 60000u; ++i) {
+    for (uint j = 0u; j < 64u; ++j) x = x * 1664525u + 1013904223u;
+  }
+  out_v[gl_WorkGroupID.x & 3u] = x;
+}
+)");
+  WriteFile(dir / "spin.textproto", R"(program {
+  name: "forever"
+  meshes { name: "m" dims: 1 }
+  functions {
+    name: "spin"
+    custom {
+      inputs { shape: 4 }
+      outputs { shape: 4 }
+      steps { glsl_file: "spin.comp" kernel_name: "spin" args: [0, 1] groups: [65535, 1, 1] }
+    }
+  }
+  parameters { value: "a" mesh: "m" shape: [4] }
+  nodes { name: "spin" call { function: "spin" mesh: "m" inputs: ["a"] outputs: "b" } }
+  outputs: "b"
+}
+inputs { value: "a" fill: 1 }
+)");
+  const absl::Time start = absl::Now();
+  Ran r = Cli(absl::StrCat("run ", (dir / "spin.textproto").string(), " --deadline 1s ",
+                           ::causeway::testing::DeviceFlag()),
+              dir);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("passed its deadline of 1.00 s"));
+  EXPECT_THAT(r.err, HasSubstr("gang call 'spin' (kernel 'spin') of program 'forever' on accelerator 0"));
+  EXPECT_THAT(r.err, HasSubstr("abandoning accelerator 0"));
+  EXPECT_THAT(r.err, HasSubstr("is quarantined"));
+  // The deadline, the quarantine's poll and the bounded teardown, plus
+  // start-up (pipelines compiled) and the slack of a loaded machine.
+  EXPECT_LT(took, absl::Seconds(1) + Accelerator::kAbandonAfter + absl::Seconds(10)) << r.err;
+  // A deadline must be a duration.
+  Ran bad = Cli(absl::StrCat("run ", (dir / "spin.textproto").string(), " --deadline soon"), dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--deadline wants a duration such as 30s, 500ms or 1h30m, got 'soon'"));
 }
 
 // Tests that an expectation not met exits 1 naming the output.

@@ -74,7 +74,7 @@ TEST(SoakTest, BadFlagsAreRefused) {
   const std::vector<Case> cases = {
       {{"--duration=0s"}, "--duration must be a finite duration > 0, got '0s'"},
       {{"--duration=-5s"}, "--duration must be a finite duration > 0"},
-      {{"--duration=10"}, "--duration wants a duration such as 30s, 10m or 1h30m, got '10'"},
+      {{"--duration=10"}, "--duration wants a duration such as 30s, 500ms or 1h30m, got '10'"},
       {{"--duration=soon"}, "--duration wants a duration"},
       {{"--kill-min=20s", "--kill-max=5s"}, "--kill-min (20s) must not exceed --kill-max (5s)"},
       {{"--kill-min=0s"}, "--kill-min must be a finite duration > 0"},

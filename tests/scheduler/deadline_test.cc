@@ -1,0 +1,316 @@
+// Run deadlines and quarantined accelerators: a run past its deadline fails
+// naming what it was doing, an accelerator its work still holds is taken out
+// of service (and only that one), and a lost device does the same.
+//
+// The long kernel here spins until the test lets it go: each of its many
+// workgroups loops until word 0 of its output holds a magic value (llvmpipe
+// ends any loop after about 65535 iterations, so length comes from
+// workgroups). The test writes the magic through the output's mapped memory
+// once it has checked what it wants, so the kernel holds its accelerator
+// exactly as long as the test needs, and the test never waits out the
+// kernel's full length (tens of seconds).
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/fault_injection.h"
+#include "runtime/kernel.h"
+#include "runtime/reference.h"
+#include "runtime/status.h"
+#include "scheduler/function.h"
+#include "scheduler/island.h"
+#include "scheduler/program.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway {
+namespace {
+
+using ::causeway::testing::MakeRuntime;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kRunTimeout = absl::Seconds(20);
+
+// lavapipe runs the dispatches of every VkDevice on one shared pool of
+// threads, so a kernel spinning on one accelerator would hold up the others'
+// dispatches too; with LP_NUM_THREADS=0 each queue runs its dispatches on its
+// own thread, as separate GPUs would. Set before any Vulkan instance exists.
+const bool kQueueThreadsOwnDispatches = setenv("LP_NUM_THREADS", "0", 1) == 0;
+
+constexpr uint32_t kReleaseMagic = 0x600DF00Du;
+constexpr char kSpinGlsl[] = R"(#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) readonly buffer In { uint unused; };
+layout(set = 0, binding = 1) coherent buffer Out { uint words[]; };
+void main() {
+  uint x = gl_WorkGroupID.x;
+  // An atomic read each time round (a plain one could be hoisted out of the
+  // loop); the inner loop makes each round long next to that read.
+  for (uint i = 0u; i < 60000u && atomicOr(words[0], 0u) != 0x600DF00Du; ++i) {
+    for (uint j = 0u; j < 256u; ++j) x = x * 1664525u + 1013904223u;
+  }
+  words[1u + (gl_WorkGroupID.x & 63u)] = x;
+}
+)";
+
+// A program of one gang call running the spin kernel on `mesh` (input: one
+// i32, unused; output: 65 i32, word 0 the release).
+absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr<Mesh>& mesh) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("spin", kSpinGlsl));
+  KernelStep step;
+  step.kernel = kernel;
+  step.args = {0, 1};
+  // Minutes of work unreleased; milliseconds once released.
+  step.groups = {4096, 1, 1};
+  ASSIGN_OR_RETURN(auto fn,
+                   Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
+  ProgramBuilder b("spinner");
+  b.Parameter("x", mesh, {1}, DType::kI32);
+  b.Call("spin", fn, mesh, {"x"}, {"out"});
+  b.Output("out");
+  return b.Build();
+}
+
+// Lets a spin kernel go: writes the magic into its run's output, which the
+// kernel reads atomically (lavapipe's device memory is the host's, mapped
+// and coherent).
+struct Spin {
+  Execution run;
+  std::shared_ptr<Buffer> out;
+  void Release() const {
+    std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(out->mapped())).store(kReleaseMagic);
+  }
+};
+
+absl::StatusOr<Spin> StartSpin(Client& client, const std::shared_ptr<Executable>& exe, const ArrayRef& x,
+                               const ExecuteOptions& options = {}) {
+  Spin spin;
+  ASSIGN_OR_RETURN(spin.run, client.Execute(exe, {x}, options));
+  ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
+  if (!spin.out->host_coherent()) {
+    spin.Release();  // not reached on lavapipe; a device without mapped memory cannot run this test
+    return absl::FailedPreconditionError("the spin kernel's output is not mapped host-coherent");
+  }
+  return spin;
+}
+
+absl::StatusOr<ArrayRef> SpinInput(Client& client, const std::shared_ptr<Mesh>& mesh) {
+  ASSIGN_OR_RETURN(ArrayRef x, client.CreateArray(mesh, {1}, DType::kI32));
+  const int32_t zero = 0;
+  RETURN_IF_ERROR(x->Upload(&zero, sizeof(zero)));
+  return x;
+}
+
+// y = a + b on `mesh`, checked against the CPU; `seed` varies the inputs.
+absl::Status AddAndCheck(Client& client, const std::shared_ptr<Mesh>& mesh, int seed) {
+  constexpr int kN = 4096;
+  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kN}));
+  ProgramBuilder b(absl::StrCat("add-", seed));
+  b.Parameter("a", mesh, {kN}, DType::kF32);
+  b.Parameter("b", mesh, {kN}, DType::kF32);
+  b.Call("add", add, mesh, {"a", "b"}, {"y"});
+  b.Output("y");
+  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, b.Build());
+  ASSIGN_OR_RETURN(auto exe, client.Load(program));
+  const std::vector<float> ah = reference::RandomFloats(kN, seed), bh = reference::RandomFloats(kN, seed + 1);
+  ASSIGN_OR_RETURN(ArrayRef a, client.CreateArray(mesh, {kN}, DType::kF32));
+  ASSIGN_OR_RETURN(ArrayRef bb, client.CreateArray(mesh, {kN}, DType::kF32));
+  RETURN_IF_ERROR(a->Upload(ah.data(), ah.size() * sizeof(float)));
+  RETURN_IF_ERROR(bb->Upload(bh.data(), bh.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(Execution run, client.Execute(exe, {a, bb}));
+  RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
+  std::vector<float> got(kN);
+  RETURN_IF_ERROR(run.outputs[0]->Download(got.data(), got.size() * sizeof(float)));
+  for (int i = 0; i < kN; ++i) {
+    if (got[i] != ah[i] + bh[i]) return absl::InternalError(absl::StrCat("wrong result at ", i));
+  }
+  return absl::OkStatus();
+}
+
+// Waits until `acc` is quarantined, or `limit` passes.
+bool AwaitQuarantine(const Accelerator& acc, absl::Duration limit) {
+  const absl::Time until = absl::Now() + limit;
+  while (!acc.quarantined() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+  return acc.quarantined();
+}
+
+// Tests that a kernel running past its run's 1 s deadline fails the run with
+// DeadlineExceeded naming the program, gang call, kernel and accelerator; that
+// its accelerator is quarantined (its later work fails fast with Unavailable,
+// new meshes avoid it) while a second client on the island's other
+// accelerator runs correctly throughout.
+TEST(DeadlineTest, LongKernelFailsAtItsDeadlineAndOthersGoOn) {
+  auto rt = MakeRuntime(2);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
+  ASSERT_OK_AND_ASSIGN(auto spinner, island->Connect("spinner"));
+  ASSERT_OK_AND_ASSIGN(auto other, island->Connect("other"));
+  ASSERT_OK_AND_ASSIGN(auto spin_mesh, spinner->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto other_mesh, other->AllocateMesh({1}));
+  Accelerator* stuck = spin_mesh->device(0);
+  ASSERT_NE(stuck, other_mesh->device(0));
+  ASSERT_OK_AND_ASSIGN(auto program, SpinProgram(spin_mesh));
+  ASSERT_OK_AND_ASSIGN(auto exe, spinner->Load(program));
+  ASSERT_OK_AND_ASSIGN(ArrayRef x, SpinInput(*spinner, spin_mesh));
+
+  ExecuteOptions options;
+  options.deadline = absl::Seconds(1);
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(Spin spin, StartSpin(*spinner, exe, x, options));
+  // However the test ends, the kernel ends with it.
+  absl::Cleanup release = [&spin] { spin.Release(); };
+  const Execution& run = spin.run;
+  // The other client runs while the kernel spins, before and after the deadline.
+  int other_runs = 0;
+  while (absl::Now() < start + absl::Milliseconds(800)) {
+    ASSERT_OK(AddAndCheck(*other, other_mesh, ++other_runs));
+  }
+  const absl::Status status = run.Await(absl::Now() + kRunTimeout);
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_ERROR(status, absl::StatusCode::kDeadlineExceeded, "program 'spinner'", "deadline of 1.00 s",
+               "gang call 'spin'", "kernel 'spin'", stuck->name(), "had not finished after");
+  // The run's own deadline ended the wait, not the kernel; the slack is for
+  // a loaded machine (the deadline thread and this one being scheduled).
+  EXPECT_GE(waited, absl::Seconds(1));
+  EXPECT_LT(waited, absl::Seconds(1) + testing::kSchedulingSlack);
+
+  // Its work still holds the accelerator: quarantined, and the output says so.
+  ASSERT_TRUE(AwaitQuarantine(*stuck, testing::kSchedulingSlack)) << "the accelerator was not quarantined";
+  EXPECT_ERROR(stuck->health(), absl::StatusCode::kUnavailable, stuck->name(), "is quarantined",
+               "kernel 'spin'", "held it for", "past its limit of 1.00 s");
+  EXPECT_ERROR(run.outputs[0]->Await(absl::Now() + kRunTimeout), absl::StatusCode::kDeadlineExceeded,
+               "kernel 'spin'", "ran on", stuck->name(), "quarantined");
+  // Later work there fails fast, naming it; the other accelerator is untouched.
+  EXPECT_FALSE(other_mesh->device(0)->quarantined());
+  ASSERT_OK_AND_ASSIGN(Execution later, spinner->Execute(exe, {x}));
+  EXPECT_ERROR(later.Await(absl::Now() + absl::Seconds(5)), absl::StatusCode::kUnavailable, stuck->name(),
+               "is quarantined");
+  for (int r = 0; r < 3; ++r) ASSERT_OK(AddAndCheck(*other, other_mesh, 100 + r));
+  // New meshes avoid it.
+  EXPECT_ERROR(spinner->AllocateMesh({2}).status(), absl::StatusCode::kResourceExhausted, "1 out of service",
+               "is quarantined");
+  ASSERT_OK_AND_ASSIGN(auto fresh, spinner->AllocateMesh({1}));
+  EXPECT_EQ(fresh->device(0), other_mesh->device(0));
+  EXPECT_GE(other_runs, 1);
+}
+
+// Tests that a run whose deadline passes while its work waits in the queue
+// behind another client's long kernel fails with DeadlineExceeded, but
+// quarantines nothing: its work never held the accelerator, and runs once
+// the queue moves.
+TEST(DeadlineTest, QueuedRunPastItsDeadlineQuarantinesNothing) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
+  ASSERT_OK_AND_ASSIGN(auto spinner, island->Connect("spinner"));
+  ASSERT_OK_AND_ASSIGN(auto hurried, island->Connect("hurried"));
+  ASSERT_OK_AND_ASSIGN(auto spin_mesh, spinner->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto program, SpinProgram(spin_mesh));
+  ASSERT_OK_AND_ASSIGN(auto exe, spinner->Load(program));
+  ASSERT_OK_AND_ASSIGN(ArrayRef spin_x, SpinInput(*spinner, spin_mesh));
+
+  ASSERT_OK_AND_ASSIGN(auto mesh, hurried->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto scale, Function::Scale({256}, 2.0f));
+  ProgramBuilder b("double");
+  b.Parameter("x", mesh, {256}, DType::kF32);
+  b.Call("twice", scale, mesh, {"x"}, {"y"});
+  b.Output("y");
+  ASSERT_OK_AND_ASSIGN(auto doubled, b.Build());
+  ASSERT_OK_AND_ASSIGN(auto hurried_exe, hurried->Load(doubled));
+  const std::vector<float> xh = reference::RandomFloats(256, 7);
+  ASSERT_OK_AND_ASSIGN(ArrayRef x, hurried->CreateArray(mesh, {256}, DType::kF32));
+  // An upload would queue behind the kernel too: the input goes first.
+  ASSERT_OK(x->Upload(xh.data(), xh.size() * sizeof(float)));
+  // No deadline for the spinner: it holds the accelerator until released.
+  ASSERT_OK_AND_ASSIGN(Spin spin, StartSpin(*spinner, exe, spin_x));
+  absl::Cleanup release = [&spin] { spin.Release(); };
+  ExecuteOptions options;
+  options.deadline = absl::Milliseconds(300);
+  ASSERT_OK_AND_ASSIGN(Execution run, hurried->Execute(hurried_exe, {x}, options));
+  EXPECT_ERROR(run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kDeadlineExceeded, "program 'double'",
+               "deadline of 0.30 s", "gang call 'twice'", "had not finished");
+  // Well past the 300 ms: still not quarantined (its work never ran).
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_OK(spin_mesh->device(0)->health());
+  // Once the spinner lets go, everything behind it runs, correctly.
+  spin.Release();
+  EXPECT_OK(spin.run.Await(absl::Now() + kRunTimeout));
+  std::vector<float> got(256);
+  ASSERT_OK(run.outputs[0]->Download(got.data(), got.size() * sizeof(float)));
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(got[i], 2.0f * xh[i]) << i;
+  EXPECT_OK(spin_mesh->device(0)->health());
+}
+
+// Tests that deadlines below the island's least are refused, and that the
+// island's run_deadline applies to runs that ask for none.
+TEST(DeadlineTest, IslandBoundsDeadlines) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  IslandOptions island_options;
+  island_options.min_deadline = absl::Milliseconds(500);
+  island_options.run_deadline = absl::Seconds(1);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get(), island_options));
+  ASSERT_OK_AND_ASSIGN(auto client, island->Connect("c"));
+  ASSERT_OK_AND_ASSIGN(auto mesh, client->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto program, SpinProgram(mesh));
+  ASSERT_OK_AND_ASSIGN(auto exe, client->Load(program));
+  ASSERT_OK_AND_ASSIGN(ArrayRef x, SpinInput(*client, mesh));
+  ExecuteOptions hurried;
+  hurried.deadline = absl::Milliseconds(10);
+  EXPECT_ERROR(client->Execute(exe, {x}, hurried).status(), absl::StatusCode::kInvalidArgument,
+               "program 'spinner'", "below island 'local''s least of 500ms");
+  // No deadline asked: the island's second applies.
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(Spin spin, StartSpin(*client, exe, x));
+  absl::Cleanup release = [&spin] { spin.Release(); };
+  EXPECT_ERROR(spin.run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kDeadlineExceeded,
+               "deadline of 1.00 s");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1) + testing::kSchedulingSlack);
+  EXPECT_TRUE(AwaitQuarantine(*mesh->device(0), testing::kSchedulingSlack));
+}
+
+// Tests that a device lost on one accelerator (the device-wait fault point:
+// the wait reports VK_ERROR_DEVICE_LOST) quarantines it and nothing else:
+// its work fails with Unavailable naming it, the other accelerator's goes on,
+// and meshes avoid it.
+TEST(DeadlineTest, LostDeviceQuarantinesOnlyItsAccelerator) {
+  auto rt = MakeRuntime(2);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
+  ASSERT_OK_AND_ASSIGN(auto a, island->Connect("a"));
+  ASSERT_OK_AND_ASSIGN(auto b, island->Connect("b"));
+  ASSERT_OK_AND_ASSIGN(auto mesh_a, a->AllocateMesh({1}));
+  ASSERT_OK_AND_ASSIGN(auto mesh_b, b->AllocateMesh({1}));
+  Accelerator* lost = mesh_a->device(0);
+  ASSERT_NE(lost, mesh_b->device(0));
+  ASSERT_OK(AddAndCheck(*a, mesh_a, 1));
+  // Only A waits on a device from here until its run fails, so the next
+  // device wait is A's accelerator's.
+  ArmFault(FaultPoint::kDeviceWait, 1);
+  absl::Cleanup disarm = [] { DisarmFaults(); };
+  const absl::Status status = AddAndCheck(*a, mesh_a, 2);
+  EXPECT_TRUE(FaultInjected());
+  DisarmFaults();
+  EXPECT_ERROR(status, absl::StatusCode::kUnavailable, lost->name(), "is lost",
+               "injected fault: device-wait 1", "VK_ERROR_DEVICE_LOST");
+  EXPECT_TRUE(lost->quarantined());
+  EXPECT_FALSE(mesh_b->device(0)->quarantined());
+  EXPECT_ERROR(AddAndCheck(*a, mesh_a, 3), absl::StatusCode::kUnavailable, lost->name());
+  for (int r = 0; r < 3; ++r) ASSERT_OK(AddAndCheck(*b, mesh_b, 10 + r));
+  ASSERT_OK_AND_ASSIGN(auto fresh, a->AllocateMesh({1}));
+  EXPECT_EQ(fresh->device(0), mesh_b->device(0));
+  ASSERT_OK(AddAndCheck(*a, fresh, 20));
+}
+
+}  // namespace
+}  // namespace causeway
