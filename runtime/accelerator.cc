@@ -783,8 +783,8 @@ absl::Duration Accelerator::CheckHold() {
                                             absl::ToDoubleSeconds(limit));
   Fail(absl::UnavailableError(absl::StrCat(name(), " is quarantined: ", what, " held it for ", times)),
        culprit,
-       absl::DeadlineExceededError(absl::StrCat(what, " ran on ", name(), " for ", times,
-                                                " (the run's deadline); the accelerator is quarantined")));
+       absl::DeadlineExceededError(
+           absl::StrCat(what, " ran on ", name(), " for ", times, "; the accelerator is quarantined")));
   return absl::InfiniteDuration();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/ops.h"
 #include "runtime/status.h"
@@ -75,13 +76,30 @@ absl::Status RunCompletion::Await(absl::Time deadline) const {
   // The run's own deadline ends the wait too: the deadline watch then fails
   // the run (Expire), naming what had not finished.
   const absl::Time until = std::min(deadline, deadline_);
+  // Past the run's own deadline: the watch's verdict, unless the run has
+  // ended meanwhile (its accelerator quarantined first, say: the watch then
+  // leaves it be), when its own results stand. Neither tells this thread,
+  // so it looks every few milliseconds, for as long as that takes.
   auto expired_status = [this, deadline]() -> absl::Status {
-    absl::MutexLock lock(&mu_);
-    auto expired = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !expired_.ok(); };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&expired), deadline)) {
-      return absl::DeadlineExceededError("run not finished at the deadline");
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        auto expired = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !expired_.ok(); };
+        if (mu_.AwaitWithDeadline(absl::Condition(&expired),
+                                  std::min(deadline, absl::Now() + absl::Milliseconds(5)))) {
+          return expired_;
+        }
+        if (absl::Now() >= deadline) return absl::DeadlineExceededError("run not finished at the deadline");
+        if (!dispatched_) continue;
+        if (!error_.ok()) return error_;
+      }
+      if (!done()) continue;
+      // Ended: the first error in dispatch order.
+      for (const Future<>& f : futures()) {
+        if (absl::Status s = f.AwaitStatus(); !s.ok()) return s;
+      }
+      return absl::OkStatus();
     }
-    return expired_;
   };
   std::vector<Future<>> futures;
   bool past_own_deadline = false;
@@ -595,7 +613,8 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     if (const absl::Duration limit = run.deadline_; limit != absl::InfiniteDuration()) {
       // No submission of the run may hold a device longer than the whole run may take.
       submit.hold_limit = limit;
-      submit.what = DescribeGangCall(g);
+      submit.what = absl::StrFormat("%s, under a deadline of %.2f s", DescribeGangCall(g),
+                                    absl::ToDoubleSeconds(limit));
     }
     Future<> f = acc->Submit(list, waits, std::move(submit));
     if (commands != nullptr) commands->push_back(static_cast<int>(list->size()));
