@@ -90,6 +90,13 @@ struct Spin {
   void Release() const {
     std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(out->mapped())).store(kReleaseMagic);
   }
+  // Releases the kernel and waits until `acc`'s queue is idle. Only for a
+  // quarantined accelerator: it submits nothing more and waits on nothing,
+  // so nothing else touches its queue meanwhile.
+  void ReleaseAndDrain(Accelerator& acc) const {
+    Release();
+    vkQueueWaitIdle(acc.queue());
+  }
 };
 
 absl::StatusOr<Spin> StartSpin(Client& client, const std::shared_ptr<Executable>& exe, const ArrayRef& x,
@@ -167,8 +174,9 @@ TEST(DeadlineTest, LongKernelFailsAtItsDeadlineAndOthersGoOn) {
   options.deadline = absl::Seconds(1);
   const absl::Time start = absl::Now();
   ASSERT_OK_AND_ASSIGN(Spin spin, StartSpin(*spinner, exe, x, options));
-  // However the test ends, the kernel ends with it.
-  absl::Cleanup release = [&spin] { spin.Release(); };
+  // However the test ends, the kernel ends with it, and before the runtime
+  // goes (which would otherwise abandon the quarantined queue after a second).
+  absl::Cleanup release = [&spin, stuck] { spin.ReleaseAndDrain(*stuck); };
   const Execution& run = spin.run;
   // The other client runs while the kernel spins, before and after the deadline.
   int other_runs = 0;
@@ -274,7 +282,7 @@ TEST(DeadlineTest, IslandBoundsDeadlines) {
   // No deadline asked: the island's second applies.
   const absl::Time start = absl::Now();
   ASSERT_OK_AND_ASSIGN(Spin spin, StartSpin(*client, exe, x));
-  absl::Cleanup release = [&spin] { spin.Release(); };
+  absl::Cleanup release = [&spin, acc = mesh->device(0)] { spin.ReleaseAndDrain(*acc); };
   EXPECT_ERROR(spin.run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kDeadlineExceeded,
                "deadline of 1.00 s");
   EXPECT_LT(absl::Now() - start, absl::Seconds(1) + testing::kSchedulingSlack);
