@@ -109,10 +109,12 @@ void Connection::Start() {
   });
 }
 
-Connection::~Connection() {
-  Close("connection destroyed");
-  reader_.join();
-  heartbeat_.join();
+Connection::~Connection() { Stop("connection destroyed"); }
+
+void Connection::Stop(absl::string_view reason) {
+  Close(reason);
+  if (reader_.joinable()) reader_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 absl::Status Connection::status() const {
@@ -145,9 +147,21 @@ void Connection::Fail(const absl::Status& why, std::optional<absl::string_view> 
   if (goodbye.has_value()) {
     Envelope envelope;
     envelope.mutable_goodbye()->set_reason(std::string(goodbye->substr(0, kMaxGoodbyeReasonBytes)));
-    // Best effort: the peer may be gone, and a stuck one must not hold us.
-    Send(FrameType::kGoodbye, envelope, absl::Now() + std::min(options_.peer_timeout, absl::Seconds(1)))
-        .IgnoreError();
+    // Best effort: the peer may be gone, and a stuck one must not hold us,
+    // neither in the write nor behind a writer it stalls (a SendData to a
+    // peer that stopped reading holds the write lock for its deadline).
+    const absl::Time deadline = absl::Now() + std::min(options_.peer_timeout, absl::Seconds(1));
+    std::string bytes;
+    const bool serialized = envelope.SerializeToString(&bytes);
+    while (serialized) {
+      if (write_mu_.TryLock()) {
+        WriteFrame(socket_, FrameType::kGoodbye, {AsBytes(bytes)}, deadline).IgnoreError();
+        write_mu_.Unlock();
+        break;
+      }
+      if (absl::Now() >= deadline) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
   // Wakes the reader (and a heartbeat stuck in a write); the peer reads end
   // of stream.

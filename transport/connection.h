@@ -185,6 +185,12 @@ class Connection {
   // nothing on a connection that has already failed.
   void Close(absl::string_view reason);
 
+  // Close, then waits for a handler that is running and joins both
+  // threads: no handler runs after it returns. The object stays valid
+  // (every send fails at once) for threads that still hold it. Not to be
+  // called from a handler.
+  void Stop(absl::string_view reason);
+
   // OK while the connection is healthy; otherwise why it failed, for good:
   //   Unavailable  the peer was silent for peer_timeout, closed or reset the
   //                connection, or said goodbye (with its reason); the

@@ -217,8 +217,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       connection = std::move(connection_);
       client = client_;
     }
-    if (connection != nullptr) connection->Close(why.message());
-    connection.reset();
+    // Stopped, not destroyed: a job on the worker or the outbox may hold
+    // it still; its sends now fail at once, and it goes once they drain.
+    if (connection != nullptr) connection->Stop(why.message());
     // A value's chunk the reader had begun when the connection failed is
     // never finished: its run fails rather than wait for it (the reader is
     // gone, so nothing writes into the slot any more).
@@ -231,6 +232,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (client != nullptr) client->Close();
     worker_.reset();
     outbox_.reset();
+    connection.reset();
   }
 
   // The handshake, then serving; on the session's own thread.
@@ -257,9 +259,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (connection_ != nullptr) connection_->Close(why);
     closed_ = true;
   }
-  // The connection, for writing outside the lock (it lives until Teardown,
-  // which drains the jobs that use it first... after closing it: a write then
-  // fails at once).
+  // The connection, for writing outside the lock: Teardown stops it (a
+  // write then fails at once) and destroys it only after draining the jobs
+  // that may hold it.
   Connection* connection() {
     absl::MutexLock lock(&mu_);
     return connection_.get();

@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -759,6 +760,52 @@ TEST(IslandServerTest, ServerLeaksNothingAcrossSessions) {
   // Work no one awaited holds its buffers until the accelerator retires it.
   ASSERT_OK(rt->accelerator(0)->Flush(absl::Now() + kRunTimeout));
   EXPECT_EQ(rt->accelerator(0)->memory_in_use(), memory);
+}
+
+// Tests that an island ends at once, not when a stalled write gives up, while
+// a controller has stopped reading in the middle of a fetch: the goodbye does
+// not wait behind the blocked write, and the fetch job, which holds the
+// connection, ends before the connection is destroyed (a sanitizer build
+// catches a use after free).
+TEST(IslandServerTest, IslandEndsAtOnceWhileAControllerStallsAFetch) {
+  auto rt = MakeRuntime(1);
+  IslandServerOptions options;
+  options.name = "isl-f";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  absl::Notification stalled, release;
+  ConnectionOptions stalling;
+  stalling.peer_timeout = absl::Seconds(120);  // this side never gives up first
+  stalling.data_sink.begin = [&](const DataHeader&) -> absl::StatusOr<uint8_t*> {
+    if (!stalled.HasBeenNotified()) stalled.Notify();
+    release.WaitForNotificationWithTimeout(absl::Seconds(120));
+    return nullptr;  // read and dropped
+  };
+  ClientHandshakeOptions handshake;
+  handshake.name = "stalling";
+  ASSERT_OK_AND_ASSIGN(auto controller, Connection::Connect(where, handshake, stalling));
+  IslandRequest mesh;
+  mesh.mutable_allocate_mesh()->add_dims(1);
+  ASSERT_OK_AND_ASSIGN(IslandResponse m, CallIsland(*controller, mesh));
+  IslandRequest create;
+  create.mutable_create_array()->set_mesh(m.id());
+  create.mutable_create_array()->add_shape(int64_t{8} << 20);  // 32 MiB: more than the socket buffers
+  create.mutable_create_array()->set_dtype(F32);
+  create.mutable_create_array()->set_sharding(ShardingDef().SerializeAsString());
+  ASSERT_OK_AND_ASSIGN(IslandResponse array, CallIsland(*controller, create));
+  IslandRequest fetch;
+  fetch.mutable_fetch()->set_array(array.id());
+  fetch.mutable_fetch()->set_fetch(1);
+  Request request;
+  request.set_island(fetch.SerializeAsString());
+  ASSERT_OK(controller->Notify(request, absl::Now() + kRunTimeout));
+  ASSERT_TRUE(stalled.WaitForNotificationWithTimeout(kRunTimeout));
+  absl::SleepFor(absl::Milliseconds(200));  // the island's write fills the buffers and blocks
+  const absl::Time start = absl::Now();
+  server.reset();
+  // The goodbye waits at most 1 s for the write lock.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1) + causeway::testing::kSchedulingSlack);
+  release.Notify();
 }
 
 // server.sessions() once it equals `want`, or after 10 s.
