@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -39,6 +40,11 @@ Request IslandCall(const IslandRequest& request) {
   Request out;
   out.set_island(request.SerializeAsString());
   return out;
+}
+
+uint64_t NextSessionSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
 }
 
 // Runs jobs one at a time, in order, on a thread of its own.
@@ -117,6 +123,15 @@ class IslandServer::PeerLink {
   explicit PeerLink(std::unique_ptr<Connection> connection) : connection_(std::move(connection)) {}
   Connection& connection() { return *connection_; }
   void Push(std::function<void()> job) { queue_.Push(std::move(job)); }
+  // Tells the peer that `channel`'s values come over this link, ahead of
+  // them.
+  void OpenChannel(uint64_t channel) {
+    Push([this, channel] {
+      IslandRequest open;
+      open.mutable_channel_open()->set_channel(channel);
+      (void)connection_->Notify(IslandCall(open), absl::Now() + kSendDeadline);
+    });
+  }
 
  private:
   std::unique_ptr<Connection> connection_;
@@ -202,6 +217,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   Session(IslandServer* server, Socket socket)
       : server_(server), source_(HostOf(socket.peer_address())), socket_(std::move(socket)) {}
 
+  // Unique among the server's sessions, for the life of the process.
+  uint64_t serial() const { return serial_; }
+
   // Ends the session: fails what waits on this peer's values, closes the
   // connection (joining its threads, so no handler runs after), gives back
   // everything its client held, and drains its worker and outbox. Called
@@ -267,7 +285,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     return connection_.get();
   }
   // What to tell the peer's receivers when this session ends.
-  std::string peer_name() const {
+  std::string peer_name() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return peer_name_;
   }
@@ -357,8 +375,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (h.stream() >= kFirstChannelStream) {
       // No such channel (any more): the values of a program whose
       // controller has gone, still on their way when it went. Dropped.
+      // From another than the island the receiver takes values from: not
+      // its values (the peer's other channels go on).
       std::shared_ptr<Receiver> r = server_->FindReceiver(h.stream());
-      if (r == nullptr) return nullptr;
+      if (r == nullptr || r->peer() != peer_name()) return nullptr;
       absl::StatusOr<Inbox::Slot> slot = r->inbox().Begin(h.tag(), h.offset(), h.length(), h.total());
       if (!slot.ok()) {
         // The run failed or was cancelled here: drop its bytes.
@@ -504,6 +524,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           if (end.id() < kFirstChannelStream) return absl::InvalidArgumentError("channel ids start at 16");
           if (end.send()) {
             ASSIGN_OR_RETURN(auto link, server_->Peer(end.peer_address()));
+            link->OpenChannel(end.id());
             channels[end.id()] = std::make_shared<Sender>(end.id(), end.peer_name(), std::move(link));
           } else {
             auto r = std::make_shared<Receiver>(end.id(), end.peer_name());
@@ -589,9 +610,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         for (auto& r : p->second.receivers) r->inbox().Close(absl::AbortedError(in.cancel_runs().message()));
         break;
       }
+      case IslandRequest::kChannelOpen:
+        server_->OpenChannel(in.channel_open().channel(), serial_);
+        break;
       case IslandRequest::kChannelFailed: {
         const ChannelFailed& f = in.channel_failed();
-        if (auto r = server_->FindReceiver(f.channel())) {
+        // From the island that sends on the channel, or from the controller
+        // that loaded the receiving program (a run's part failed elsewhere):
+        // no one else fails a tenant's runs.
+        if (auto r = server_->FindReceiver(f.channel());
+            r != nullptr && (r->peer() == peer_name_ || Loaded(*r))) {
           r->inbox().Fail(f.tag(), StatusFromPeer(f.code() == 0 ? 2 : f.code(), absl::StrCat(r->Describe(), ": ", f.message())));
         }
         break;
@@ -600,6 +628,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         return absl::UnimplementedError("an island request of a kind this island does not serve");
     }
     return IslandReply(out);
+  }
+
+  // Whether `r` receives for a program this session loaded.
+  bool Loaded(const Receiver& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, p] : programs_) {
+      for (const auto& mine : p.receivers) {
+        if (mine.get() == &r) return true;
+      }
+    }
+    return false;
   }
 
   void Notify(const IslandRequest& note) {
@@ -693,6 +731,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   }
 
   IslandServer* server_;
+  const uint64_t serial_ = NextSessionSerial();
   const std::string source_;
   Socket socket_;
   std::thread thread_;
@@ -897,11 +936,10 @@ void IslandServer::ReapLoop() {
     }
     // Torn down before they leave the list, so that sessions() counts a
     // session until everything it held is back.
-    std::vector<std::pair<std::string, absl::Status>> gone;
     for (auto& s : ended) {
       absl::Status why = s->status().ok() ? absl::UnavailableError("the session ended") : s->status();
       s->Teardown(why);
-      if (!s->peer_name().empty()) gone.emplace_back(s->peer_name(), why);
+      LinkLost(s->serial(), s->peer_name(), why);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -909,17 +947,6 @@ void IslandServer::ReapLoop() {
         auto it = std::find(sessions_.begin(), sessions_.end(), s);
         if (it != sessions_.end()) sessions_.erase(it);
       }
-      sessions = sessions_;
-    }
-    // A peer is lost when its last connection is: one link of a peer that
-    // lives (a spare, given up unused) may end while another carries its
-    // values. A peer that died loses every connection, and is caught when
-    // the reaper has seen them all go (were it back, under its name, before
-    // that, the controllers that lost it cancel their runs here).
-    for (const auto& [name, why] : gone) {
-      bool live = false;
-      for (const auto& s : sessions) live |= s->peer_name() == name && !s->done() && s->status().ok();
-      if (!live) PeerLost(name, why);
     }
     RetireLinks();
   }
@@ -966,7 +993,10 @@ void IslandServer::RemoveReceivers(const std::vector<std::shared_ptr<Receiver>>&
   absl::MutexLock lock(&mu_);
   for (const auto& r : receivers) {
     auto it = receivers_.find(r->id());
-    if (it != receivers_.end() && it->second == r) receivers_.erase(it);
+    if (it != receivers_.end() && it->second == r) {
+      receivers_.erase(it);
+      channel_links_.erase(r->id());
+    }
   }
 }
 
@@ -976,12 +1006,30 @@ std::shared_ptr<IslandServer::Receiver> IslandServer::FindReceiver(uint64_t id) 
   return it == receivers_.end() ? nullptr : it->second;
 }
 
-void IslandServer::PeerLost(const std::string& peer_name, const absl::Status& why) {
+void IslandServer::OpenChannel(uint64_t channel, uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  // Announcements ahead of their receivers are bounded (a peer could send
+  // any number); one past the bound leaves its channel to the controller's
+  // cancel and the run's deadline, should its link end.
+  if (!receivers_.contains(channel) && !channel_links_.contains(channel) &&
+      channel_links_.size() >= kMaxChannelLinks) {
+    return;
+  }
+  channel_links_[channel] = session;
+}
+
+void IslandServer::LinkLost(uint64_t session, const std::string& peer_name, const absl::Status& why) {
   std::vector<std::shared_ptr<Receiver>> lost;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, r] : receivers_) {
-      if (r->peer() == peer_name) lost.push_back(r);
+    for (auto it = channel_links_.begin(); it != channel_links_.end();) {
+      if (it->second != session) {
+        ++it;
+        continue;
+      }
+      auto r = receivers_.find(it->first);
+      if (r != receivers_.end() && r->second->peer() == peer_name) lost.push_back(r->second);
+      channel_links_.erase(it++);
     }
   }
   for (auto& r : lost) r->inbox().Close(why);

@@ -110,8 +110,15 @@ class IslandServer {
   // The connection to the island at `address` for sending channel data,
   // made on first use.
   absl::StatusOr<std::shared_ptr<PeerLink>> Peer(const std::string& address);
-  // A session ended: fail every receive waiting on what its peer sends.
-  void PeerLost(const std::string& peer_name, const absl::Status& why);
+  // A peer says `channel`'s values come over the link that is `session`
+  // (a ChannelOpen), so its receives fail when that link ends.
+  void OpenChannel(uint64_t channel, uint64_t session) ABSL_LOCKS_EXCLUDED(mu_);
+  // Session `session` (from the island `peer_name`) ended: every channel
+  // its peer opened on it is failed for good with `why`, and no other. A
+  // channel a later program opened on another link (the peer, alive, made
+  // a new one) goes on.
+  void LinkLost(uint64_t session, const std::string& peer_name, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Moves links to lost peers out of peers_ and destroys the retired ones
   // nothing holds any more.
   void RetireLinks() ABSL_LOCKS_EXCLUDED(mu_);
@@ -133,6 +140,10 @@ class IslandServer {
   int unsaid_refusals_ = 0;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Receiver>> receivers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PeerLink>> peers_ ABSL_GUARDED_BY(mu_);
+  // Each channel's link (the serial of the session that carries its
+  // values), as the sending island announced it; the last word wins.
+  static constexpr size_t kMaxChannelLinks = size_t{1} << 16;
+  absl::flat_hash_map<uint64_t, uint64_t> channel_links_ ABSL_GUARDED_BY(mu_);
   // Links whose peer is gone, out of peers_ (a peer started again comes at
   // another address): programs' senders may still hold them, so the reaper
   // destroys each once nothing else does, never its own sender thread.

@@ -297,15 +297,7 @@ TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
       failed += !status.ok();
       // The islands lost nothing: the next controller is served in full, and
       // then everything is back where it was.
-      absl::Status next = RunEpisode(*islands, def, 2);
-      if (!next.ok() && absl::StrContains(next.message(), "lost the connection to peer") && !status.ok()) {
-        // Known, and to be fixed: an island takes the end of a peer island's
-        // last link for the loss of that peer and fails every receive waiting
-        // on it, so a run that comes between a fault that broke the link and
-        // the island's noticing it (its reaper, within a poll) fails too. The
-        // controller after that is served in full.
-        next = RunEpisode(*islands, def, 3);
-      }
+      const absl::Status next = RunEpisode(*islands, def, 2);
       EXPECT_TRUE(next.ok()) << next << "; after the fault: " << status;
       Held settled = SettleTo(*islands, baseline);
       EXPECT_EQ(settled, baseline) << "after " << status << ": " << settled.ToString() << "; baseline "

@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -320,6 +322,60 @@ absl::StatusOr<IslandResponse> CallIsland(Connection& connection, const IslandRe
   return out;
 }
 
+size_t AwaitSessions(const IslandServer& server, size_t want);
+
+// Island b's part of the pipeline, its channel from isl-a numbered 777.
+ProgramPart PipelinePartB() {
+  ProgramDef whole = PipelineDef();
+  whole.mutable_meshes(0)->set_island("isl-a");
+  whole.mutable_meshes(1)->set_island("isl-b");
+  SplitProgram split = ValueOrThrow(SplitByIsland(whole, /*first_channel_id=*/777));
+  EXPECT_EQ(split.channels.size(), 1u);
+  for (const ProgramPart& p : split.parts) {
+    if (p.island == "isl-b") return p;
+  }
+  ADD_FAILURE() << "no part for isl-b";
+  return {};
+}
+
+// A raw connection to the island at `where`, under `name`, as a controller
+// or a peer island makes one.
+absl::StatusOr<std::unique_ptr<Connection>> ConnectAs(const SocketAddress& where, const std::string& name,
+                                                      RequestHandler handler = nullptr) {
+  ClientHandshakeOptions handshake;
+  handshake.name = name;
+  return Connection::Connect(where, handshake, ConnectionOptions{}, std::move(handler));
+}
+
+// A mesh of 2 accelerators made on a raw connection; its id.
+absl::StatusOr<uint64_t> AllocateMeshOf2(Connection& c) {
+  IslandRequest mesh;
+  mesh.mutable_allocate_mesh()->add_dims(2);
+  ASSIGN_OR_RETURN(IslandResponse m, CallIsland(c, mesh));
+  return m.id();
+}
+
+// Loads `part` (b's part of the pipeline) on `mesh` (or on a new mesh);
+// returns the program's id.
+absl::StatusOr<uint64_t> LoadPartB(Connection& c, const ProgramPart& part,
+                                   std::optional<uint64_t> mesh = {}) {
+  if (!mesh.has_value()) {
+    ASSIGN_OR_RETURN(uint64_t made, AllocateMeshOf2(c));
+    mesh = made;
+  }
+  IslandRequest in;
+  LoadProgram* lp = in.mutable_load_program();
+  lp->set_program(part.def.SerializeAsString());
+  (*lp->mutable_meshes())["b"] = *mesh;
+  ChannelEnd* end = lp->add_channels();
+  end->set_id(777);
+  end->set_send(false);
+  end->set_peer_name("isl-a");
+  end->set_peer_address("127.0.0.1:1");
+  ASSIGN_OR_RETURN(IslandResponse loaded, CallIsland(c, in));
+  return loaded.loaded().id();
+}
+
 // Tests that an island refuses a program that would receive on a channel id
 // another program there receives on (it would take that program's values),
 // naming the channel, and that the id is free again once the session that
@@ -330,46 +386,123 @@ TEST(IslandServerTest, ChannelIdTakenByAnotherSessionIsRefused) {
   options.name = "isl-b";
   ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
   ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
-  // Island b's part of the pipeline: it receives t from isl-a.
-  ProgramDef whole = PipelineDef();
-  whole.mutable_meshes(0)->set_island("isl-a");
-  whole.mutable_meshes(1)->set_island("isl-b");
-  ASSERT_OK_AND_ASSIGN(SplitProgram split, SplitByIsland(whole, /*first_channel_id=*/777));
-  ASSERT_EQ(split.channels.size(), 1u);
-  const ProgramPart* part = nullptr;
-  for (const ProgramPart& p : split.parts) {
-    if (p.island == "isl-b") part = &p;
-  }
-  ASSERT_NE(part, nullptr);
-  auto connect = [&](const std::string& name) {
-    ClientHandshakeOptions handshake;
-    handshake.name = name;
-    return Connection::Connect(where, handshake, ConnectionOptions{});
-  };
-  auto load = [&](Connection& c) -> absl::Status {
-    IslandRequest mesh;
-    mesh.mutable_allocate_mesh()->add_dims(2);
-    ASSIGN_OR_RETURN(IslandResponse m, CallIsland(c, mesh));
-    IslandRequest in;
-    LoadProgram* lp = in.mutable_load_program();
-    lp->set_program(part->def.SerializeAsString());
-    (*lp->mutable_meshes())["b"] = m.id();
-    ChannelEnd* end = lp->add_channels();
-    end->set_id(split.channels[0].id);
-    end->set_send(false);
-    end->set_peer_name("isl-a");
-    end->set_peer_address("127.0.0.1:1");
-    return CallIsland(c, in).status();
-  };
-  ASSERT_OK_AND_ASSIGN(auto first, connect("first"));
-  ASSERT_OK_AND_ASSIGN(auto second, connect("second"));
-  ASSERT_OK(load(*first));
-  EXPECT_ERROR(load(*second), absl::StatusCode::kAlreadyExists, "channel 777", "isl-b");
+  const ProgramPart part = PipelinePartB();
+  ASSERT_OK_AND_ASSIGN(auto first, ConnectAs(where, "first"));
+  ASSERT_OK_AND_ASSIGN(auto second, ConnectAs(where, "second"));
+  ASSERT_OK(LoadPartB(*first, part).status());
+  EXPECT_ERROR(LoadPartB(*second, part).status(), absl::StatusCode::kAlreadyExists, "channel 777", "isl-b");
   first.reset();
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (server->sessions() > 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   ASSERT_EQ(server->sessions(), 1u);
-  EXPECT_OK(load(*second));
+  EXPECT_OK(LoadPartB(*second, part).status());
+}
+
+// The RunDone notes a raw controller connection receives, by run tag.
+class RunDoneNotes {
+ public:
+  RequestHandler handler() {
+    return [this](const Request& r) -> absl::StatusOr<Response> {
+      IslandRequest note;
+      if (note.ParseFromString(r.island()) && note.has_run_done()) {
+        absl::MutexLock lock(&mu_);
+        done_[note.run_done().tag()] = StatusFromPeer(note.run_done().code(), note.run_done().message());
+      }
+      return Response();
+    };
+  }
+  // Run `tag`'s outcome, or DeadlineExceeded if it did not come in time.
+  absl::Status Await(uint64_t tag) {
+    absl::MutexLock lock(&mu_);
+    auto came = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_.contains(tag); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&came), kRunTimeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("no RunDone for run ", tag));
+    }
+    return done_[tag];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<uint64_t, absl::Status> done_ ABSL_GUARDED_BY(mu_);
+};
+
+// Tests that the end of a peer island's connection fails the receives of
+// the channels that peer opened on it, and only those: a connection under
+// the peer's name that carried nothing (a spare link, or a link that broke
+// before a later program was loaded) ends without failing a program whose
+// values come over another, and a value that comes over the new link is
+// received.
+TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-b";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  RunDoneNotes notes;
+  ASSERT_OK_AND_ASSIGN(auto controller, ConnectAs(where, "controller", notes.handler()));
+  ASSERT_OK_AND_ASSIGN(uint64_t mesh, AllocateMeshOf2(*controller));
+  ASSERT_OK_AND_ASSIGN(uint64_t program, LoadPartB(*controller, PipelinePartB(), mesh));
+  IslandRequest create;
+  create.mutable_create_array()->set_mesh(mesh);
+  create.mutable_create_array()->add_shape(kCols);
+  create.mutable_create_array()->add_shape(kCols);
+  create.mutable_create_array()->set_dtype(F32);
+  create.mutable_create_array()->set_sharding(ShardingDef().SerializeAsString());
+  ASSERT_OK_AND_ASSIGN(IslandResponse w, CallIsland(*controller, create));
+  auto execute = [&](uint64_t tag) {
+    IslandRequest run;
+    run.mutable_execute()->set_program(program);
+    run.mutable_execute()->set_tag(tag);
+    run.mutable_execute()->add_inputs(w.id());
+    return CallIsland(*controller, run).status();
+  };
+  auto open_channel = [](Connection& link) {
+    IslandRequest open;
+    open.mutable_channel_open()->set_channel(777);
+    Request request;
+    request.set_island(open.SerializeAsString());
+    return link.Notify(request, absl::Now() + kRunTimeout);
+  };
+  const std::vector<float> t = RandomFloats(kRows * kCols, 3);
+  const absl::Span<const uint8_t> t_bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+
+  // A link from isl-a that opened nothing ends, and the island has reaped it.
+  ASSERT_OK_AND_ASSIGN(auto spare, ConnectAs(where, "isl-a"));
+  ASSERT_EQ(AwaitSessions(*server, 2), 2u);
+  spare.reset();
+  ASSERT_EQ(AwaitSessions(*server, 1), 1u);
+  // The channel's values come over a new link: run 1 is served.
+  ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
+  ASSERT_OK(open_channel(*link));
+  ASSERT_OK(execute(1));
+  ASSERT_OK(link->SendData(777, /*tag=*/1, 0, t_bytes.size(), t_bytes, absl::Now() + kRunTimeout));
+  EXPECT_OK(notes.Await(1));
+  // A session that neither sends on the channel nor loaded its program
+  // cannot fail its runs.
+  {
+    ASSERT_OK_AND_ASSIGN(auto stranger, ConnectAs(where, "stranger"));
+    IslandRequest failed;
+    failed.mutable_channel_failed()->set_channel(777);
+    failed.mutable_channel_failed()->set_tag(3);
+    failed.mutable_channel_failed()->set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+    failed.mutable_channel_failed()->set_message("failed by a stranger");
+    Request request;
+    request.set_island(failed.SerializeAsString());
+    ASSERT_OK(stranger->Notify(request, absl::Now() + kRunTimeout));
+    IslandRequest describe;
+    describe.mutable_describe();
+    ASSERT_OK(CallIsland(*stranger, describe).status());  // the note was handled before this answer
+  }
+  ASSERT_OK(execute(3));
+  ASSERT_OK(link->SendData(777, /*tag=*/3, 0, t_bytes.size(), t_bytes, absl::Now() + kRunTimeout));
+  EXPECT_OK(notes.Await(3));
+  // That link ends before run 2's value: run 2 fails, naming the link's end.
+  ASSERT_OK(execute(2));
+  link->Close("isl-a is going away");
+  const absl::Status lost = notes.Await(2);
+  EXPECT_FALSE(lost.ok());
+  EXPECT_FALSE(absl::IsDeadlineExceeded(lost)) << lost;
+  EXPECT_THAT(std::string(lost.message()), HasSubstr("isl-a is going away"));
 }
 
 // Tests that a run the island cannot start (an input released before it)
