@@ -39,6 +39,9 @@ std::vector<AbandonedAccelerator*>* g_abandoned ABSL_GUARDED_BY(g_abandoned_mu) 
 // How long the completion thread sleeps in one device wait before it looks
 // at the shutdown flag again.
 constexpr uint64_t kCompletionPollNs = 200'000'000;
+// How often a thread waiting on the device with no hold limit in flight
+// looks whether the accelerator was quarantined meanwhile (WaitAndRetire).
+constexpr absl::Duration kQuarantinePoll = absl::Milliseconds(100);
 
 uint64_t NsUntil(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return UINT64_MAX;
@@ -789,24 +792,23 @@ absl::Duration Accelerator::CheckHold() {
 }
 
 void Accelerator::WaitAndRetire(uint64_t value, absl::Time deadline) {
-  bool limited;
-  {
-    absl::MutexLock lock(&ring_mu_);
-    if (value <= retired_value_ || !health_.ok()) return;
-    limited = limited_in_flight_ > 0;
-  }
-  if (limited) {
-    // Work with a hold limit is in flight: the accelerator may be
-    // quarantined while this waits, and a device wait would not see it (the
-    // work it waits for may never end). Wait in slices, looking between.
-    while (true) {
-      const absl::Time slice = std::min(deadline, absl::Now() + kHoldPoll);
-      WaitAndRetireOnce(value, slice);
+  // The accelerator may be quarantined while this waits (work past its hold
+  // limit, a stopping process, a lost device seen by another thread), and a
+  // device wait would not see it: the work it waits for may never end. So
+  // it waits in slices, looking between: short ones while work with a hold
+  // limit is in flight (the completion thread measures it meanwhile),
+  // longer ones otherwise. A wait shorter than a slice is one device wait.
+  while (true) {
+    absl::Duration poll;
+    {
       absl::MutexLock lock(&ring_mu_);
-      if (value <= retired_value_ || !health_.ok() || slice >= deadline) return;
+      if (value <= retired_value_ || !health_.ok()) return;
+      poll = limited_in_flight_ > 0 ? kHoldPoll : kQuarantinePoll;
     }
+    const absl::Time slice = std::min(deadline, absl::Now() + poll);
+    WaitAndRetireOnce(value, slice);
+    if (slice >= deadline) return;
   }
-  WaitAndRetireOnce(value, deadline);
 }
 
 void Accelerator::WaitAndRetireOnce(uint64_t value, absl::Time deadline) {

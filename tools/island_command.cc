@@ -7,14 +7,19 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "runtime/accelerator.h"
 #include "runtime/fault_injection.h"
+#include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -39,6 +44,46 @@ constexpr char kUsage[] =
     "file only its owner can read, or CAUSEWAY_SECRET), which every peer must prove.\n"
     "Prints 'island NAME ADDRESS' on stdout once it serves.\n\n";
 
+// How long an island that was told to stop lets its devices finish their
+// work; then what still runs is taken out of service (quarantined), and its
+// accelerator abandoned a second later, so that stopping never waits for a
+// wedged device.
+constexpr absl::Duration kStopGrace = absl::Seconds(2);
+
+// Destroys the server (its sessions fail their runs and wait for their jobs)
+// and then the runtime, never for longer than about `grace` plus
+// Accelerator::kAbandonAfter: an accelerator whose work has not ended by
+// then is quarantined, which fails everything waiting on it, with a line on
+// stderr naming it and what it was running.
+void TearDownWithin(absl::Duration grace, const std::string& name, std::unique_ptr<IslandServer> server,
+                    std::unique_ptr<Runtime> runtime) {
+  const absl::Time until = absl::Now() + grace;
+  auto quarantine_stuck = [&] {
+    for (size_t i = 0; i < runtime->size(); ++i) {
+      Accelerator* acc = runtime->accelerator(i);
+      if (acc->in_flight() == 0 || acc->quarantined()) continue;
+      std::fprintf(stderr,
+                   "island '%s': %s still has %zu submissions in flight %s after it was told to stop; "
+                   "quarantined, so that the island can stop\n",
+                   name.c_str(), acc->name().c_str(), acc->in_flight(), absl::FormatDuration(grace).c_str());
+      acc->Quarantine(absl::StrCat("island '", name, "' is stopping, and its work had not ended ",
+                                   absl::FormatDuration(grace), " after it was told to"));
+    }
+  };
+  absl::Notification server_gone;
+  std::thread guard([&] {
+    if (!server_gone.WaitForNotificationWithDeadline(until)) quarantine_stuck();
+  });
+  server.reset();
+  server_gone.Notify();
+  guard.join();
+  // Work no session waits for any more (fetches and runs whose controllers
+  // left) may still be on the devices.
+  for (size_t i = 0; i < runtime->size(); ++i) (void)runtime->accelerator(i)->Flush(until);
+  quarantine_stuck();
+  runtime.reset();
+}
+
 }  // namespace
 
 int IslandCommand(const std::vector<std::string>& args) {
@@ -53,6 +98,15 @@ int IslandCommand(const std::vector<std::string>& args) {
   specs.push_back({"num-processes", "launch: how many island processes", ""});
   specs.push_back({"process-id", "launch: this process's id, 0..N-1", ""});
   specs.push_back({"peer-timeout-ms", "a peer silent this long is lost", "5000"});
+  specs.push_back({"run-deadline",
+                   "the longest a run may take here (e.g. 10m): a run asking for no deadline, or a longer "
+                   "one, gets this; past it the run fails and an accelerator its work still holds is "
+                   "quarantined",
+                   ""});
+  specs.push_back({"min-deadline",
+                   "the shortest deadline a run may ask for (shorter ones are refused), so that no tenant "
+                   "quarantines a shared accelerator with a deadline shorter than a sound kernel takes",
+                   ""});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
     std::fprintf(stderr, "causeway island: %s\n", std::string(s.message()).c_str());
@@ -79,6 +133,20 @@ int IslandCommand(const std::vector<std::string>& args) {
   }
 
   IslandServerOptions options;
+  for (auto [flag, field] : {std::pair{"run-deadline", &options.island.run_deadline},
+                             std::pair{"min-deadline", &options.island.min_deadline}}) {
+    if (!flags.Has(flag)) continue;
+    auto d = flags.Duration(flag);
+    if (!d.ok()) return fail(d.status(), 2);
+    *field = *d;
+  }
+  if (options.island.min_deadline > options.island.run_deadline) {
+    return fail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "--min-deadline (", absl::FormatDuration(options.island.min_deadline),
+            ") is longer than --run-deadline (", absl::FormatDuration(options.island.run_deadline), ")")),
+        2);
+  }
   options.listen = flags.Get("listen");
   options.connection.peer_timeout = absl::Milliseconds(*timeout_ms);
   options.connection.heartbeat_interval = std::min(absl::Seconds(1), options.connection.peer_timeout / 5);
@@ -152,6 +220,7 @@ int IslandCommand(const std::vector<std::string>& args) {
   // The stopper may still wait for a signal if Shutdown came another way.
   kill(getpid(), SIGTERM);
   stopper.join();
+  TearDownWithin(kStopGrace, options.name, std::move(*server), std::move(*runtime));
   return 0;
 }
 

@@ -369,8 +369,18 @@ absl::StatusOr<std::shared_ptr<RemoteProgram>> Controller::Load(
 }
 
 absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgram>& program,
-                                              const std::vector<RemoteArray>& inputs) {
+                                              const std::vector<RemoteArray>& inputs,
+                                              const RemoteExecuteOptions& options) {
   if (program == nullptr) return absl::InvalidArgumentError("no program");
+  if (options.deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a run's deadline must be > 0, got ", absl::FormatDuration(options.deadline)));
+  }
+  // Whole microseconds, rounded up (a deadline never shrinks to 0, "none").
+  const uint64_t deadline_us = options.deadline == absl::InfiniteDuration()
+                                   ? 0
+                                   : static_cast<uint64_t>(absl::ToInt64Microseconds(
+                                         absl::Ceil(options.deadline, absl::Microseconds(1))));
   if (inputs.size() != program->parameters.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the program takes ", program->parameters.size(),
                                                    " inputs, given ", inputs.size()));
@@ -416,6 +426,7 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     IslandRequest in;
     in.mutable_execute()->set_program(part.id);
     in.mutable_execute()->set_tag(tag);
+    in.mutable_execute()->set_deadline_us(deadline_us);
     for (uint64_t id : part_inputs[p]) in.mutable_execute()->add_inputs(id);
     for (uint64_t id : part_outputs[p]) in.mutable_execute()->add_outputs(id);
     Request r;

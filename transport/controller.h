@@ -84,6 +84,17 @@ struct IslandDescription {
 // A program loaded over one or more islands. Opaque.
 class RemoteProgram;
 
+struct RemoteExecuteOptions {
+  // How long the run may take on each island, from its start there (its
+  // receives from other islands included): past it the run fails with
+  // DeadlineExceeded naming what it was doing there, and an accelerator
+  // its work still holds is quarantined (ExecuteOptions::deadline). An
+  // island's own limit (`causeway island --run-deadline`) caps it, and one
+  // shorter than the island's --min-deadline is refused. Infinite: the
+  // islands' limits only.
+  absl::Duration deadline = absl::InfiniteDuration();
+};
+
 // A run: its outputs (usable at once: later requests wait for them) and its
 // completion (every island's part).
 struct RemoteRun {
@@ -136,7 +147,8 @@ class Controller {
   // Starts a run on every island of the program; returns without waiting
   // for devices. Inputs in the def's parameter order.
   absl::StatusOr<RemoteRun> Execute(const std::shared_ptr<RemoteProgram>& program,
-                                    const std::vector<RemoteArray>& inputs);
+                                    const std::vector<RemoteArray>& inputs,
+                                    const RemoteExecuteOptions& options = {});
 
  private:
   struct Island;

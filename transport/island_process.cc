@@ -81,12 +81,23 @@ void IslandProcess::Signal(int signal) {
   if (pid_ > 0) kill(pid_, signal);
 }
 
-int IslandProcess::Stop() {
+int IslandProcess::Stop(absl::Duration limit) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGCONT);
   kill(pid_, SIGTERM);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  bool reaped = false;
+  const absl::Time until = absl::Now() + limit;
+  while (limit != absl::InfiniteDuration() && !reaped) {
+    reaped = waitpid(pid_, &status, WNOHANG) == pid_;
+    if (reaped) break;
+    if (absl::Now() >= until) {
+      kill(pid_, SIGKILL);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (!reaped) waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;
 }

@@ -40,8 +40,9 @@ class IslandProcess {
   pid_t pid() const { return pid_; }
   // Sends `signal` (nothing once reaped).
   void Signal(int signal);
-  // SIGTERM, then waits; its wait status.
-  int Stop();
+  // SIGTERM, then waits; its wait status. Still running after `limit`, it
+  // is killed (SIGKILL), and the status says so.
+  int Stop(absl::Duration limit = absl::InfiniteDuration());
 
  private:
   IslandProcess() = default;

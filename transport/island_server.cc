@@ -596,7 +596,13 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         }
         pending_.insert(outputs.begin(), outputs.end());
         auto exe = p->second.exe;
-        worker_->Push([this, exe, inputs, outputs, program_id, tag] { RunJob(exe, inputs, outputs, program_id, tag); });
+        // Beyond 2^62 us (146,000 years) a deadline is none.
+        const absl::Duration deadline = ex.deadline_us() == 0 || ex.deadline_us() > (uint64_t{1} << 62)
+                                            ? absl::InfiniteDuration()
+                                            : absl::Microseconds(static_cast<int64_t>(ex.deadline_us()));
+        worker_->Push([this, exe, inputs, outputs, program_id, tag, deadline] {
+          RunJob(exe, inputs, outputs, program_id, tag, deadline);
+        });
         break;
       }
       case IslandRequest::kFetch: {
@@ -664,7 +670,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
 
   // On the worker: runs in the order they were asked for.
   void RunJob(const std::shared_ptr<Executable>& exe, const std::vector<std::pair<uint64_t, ArrayRef>>& given,
-              const std::vector<uint64_t>& outputs, uint64_t program_id, uint64_t tag) {
+              const std::vector<uint64_t>& outputs, uint64_t program_id, uint64_t tag,
+              absl::Duration deadline) {
     std::shared_ptr<Client> c;
     std::vector<ArrayRef> inputs;
     absl::Status missing;
@@ -683,7 +690,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         }
       }
     }
-    absl::StatusOr<Execution> run = missing.ok() ? c->Execute(exe, inputs, {.tag = tag})
+    absl::StatusOr<Execution> run = missing.ok() ? c->Execute(exe, inputs, {.tag = tag, .deadline = deadline})
                                                  : absl::StatusOr<Execution>(missing);
     auto report = [this, program_id, tag](const absl::Status& s) { ReportRun(program_id, tag, s); };
     {

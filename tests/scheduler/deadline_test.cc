@@ -42,35 +42,23 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kRunTimeout = absl::Seconds(20);
 
 // lavapipe runs the dispatches of every VkDevice on one shared pool of
-// threads, so a kernel spinning on one accelerator would hold up the others'
-// dispatches too; with LP_NUM_THREADS=0 each queue runs its dispatches on its
-// own thread, as separate GPUs would. Set before any Vulkan instance exists.
+// threads; with LP_NUM_THREADS=0 each queue runs its dispatches on its own
+// thread. Set before any Vulkan instance exists. Even so, lavapipe (Mesa
+// 22.3) runs the compute dispatches of a process's VkDevices one at a time:
+// while the spin kernel runs (about 1.5 s here), the other accelerator's
+// dispatches wait for it, so the other client below is checked for correct
+// results around the kernel, not for progress during it; that needs a GPU.
 const bool kQueueThreadsOwnDispatches = setenv("LP_NUM_THREADS", "0", 1) == 0;
-
-constexpr uint32_t kReleaseMagic = 0x600DF00Du;
-constexpr char kSpinGlsl[] = R"(#version 450
-layout(local_size_x = 1) in;
-layout(set = 0, binding = 0) readonly buffer In { uint unused; };
-layout(set = 0, binding = 1) coherent buffer Out { uint words[]; };
-void main() {
-  uint x = gl_WorkGroupID.x;
-  // An atomic read each time round (a plain one could be hoisted out of the
-  // loop); the inner loop makes each round long next to that read.
-  for (uint i = 0u; i < 60000u && atomicOr(words[0], 0u) != 0x600DF00Du; ++i) {
-    for (uint j = 0u; j < 256u; ++j) x = x * 1664525u + 1013904223u;
-  }
-  words[1u + (gl_WorkGroupID.x & 63u)] = x;
-}
-)";
 
 // A program of one gang call running the spin kernel on `mesh` (input: one
 // i32, unused; output: 65 i32, word 0 the release).
 absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr<Mesh>& mesh) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("spin", kSpinGlsl));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("spin", testing::kSpinGlsl));
   KernelStep step;
   step.kernel = kernel;
   step.args = {0, 1};
-  // Minutes of work unreleased; milliseconds once released.
+  // About 1.5 s of work on this machine's CPU driver (longer than any
+  // deadline here); a GPU would finish it in milliseconds.
   step.groups = {4096, 1, 1};
   ASSIGN_OR_RETURN(auto fn,
                    Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
@@ -88,7 +76,7 @@ struct Spin {
   Execution run;
   std::shared_ptr<Buffer> out;
   void Release() const {
-    std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(out->mapped())).store(kReleaseMagic);
+    std::atomic_ref<uint32_t>(*static_cast<uint32_t*>(out->mapped())).store(testing::kSpinReleaseMagic);
   }
   // Releases the kernel and waits until `acc`'s queue is idle. Only for a
   // quarantined accelerator: it submits nothing more and waits on nothing,
@@ -178,7 +166,8 @@ TEST(DeadlineTest, LongKernelFailsAtItsDeadlineAndOthersGoOn) {
   // goes (which would otherwise abandon the quarantined queue after a second).
   absl::Cleanup release = [&spin, stuck] { spin.ReleaseAndDrain(*stuck); };
   const Execution& run = spin.run;
-  // The other client runs while the kernel spins, before and after the deadline.
+  // The other client runs before and after the deadline (on lavapipe its
+  // dispatches wait for the kernel; see kQueueThreadsOwnDispatches).
   int other_runs = 0;
   while (absl::Now() < start + absl::Milliseconds(800)) {
     ASSERT_OK(AddAndCheck(*other, other_mesh, ++other_runs));

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
@@ -104,6 +105,27 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 // deadline that was kept from one that was ignored, which would wait far
 // longer or for ever; it is not a measure of precision.
 inline constexpr absl::Duration kSchedulingSlack = absl::Seconds(5);
+
+// A kernel that holds its accelerator until a test lets it go: each of its
+// workgroups (run it with thousands: llvmpipe ends any loop after about
+// 65535 iterations, so length comes from workgroups) loops until word 0 of
+// its output (binding 1) holds kSpinReleaseMagic, read atomically, for
+// minutes of work at most. Binding 0 is an unused input (one word).
+inline constexpr uint32_t kSpinReleaseMagic = 0x600DF00Du;
+inline constexpr char kSpinGlsl[] = R"(#version 450
+layout(local_size_x = 1) in;
+layout(set = 0, binding = 0) readonly buffer In { uint unused; };
+layout(set = 0, binding = 1) coherent buffer Out { uint words[]; };
+void main() {
+  uint x = gl_WorkGroupID.x;
+  // An atomic read each time round (a plain one could be hoisted out of the
+  // loop); the inner loop makes each round long next to that read.
+  for (uint i = 0u; i < 60000u && atomicOr(words[0], 0u) != 0x600DF00Du; ++i) {
+    for (uint j = 0u; j < 256u; ++j) x = x * 1664525u + 1013904223u;
+  }
+  words[1u + (gl_WorkGroupID.x & 63u)] = x;
+}
+)";
 
 int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(200),
                    absl::Duration limit = absl::Seconds(10));

@@ -29,8 +29,10 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/kernel.h"
 #include "runtime/reference.h"
 #include "runtime/status.h"
+#include "scheduler/function.h"
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
 #include "scheduler/split.h"
@@ -426,6 +428,58 @@ class RunDoneNotes {
   std::map<uint64_t, absl::Status> done_ ABSL_GUARDED_BY(mu_);
 };
 
+// Island b's part of the pipeline loaded on an island server by a raw
+// controller connection, with its input w made: runs are started by tag,
+// and their values sent by whoever plays island a.
+struct PartBOnIsland {
+  RunDoneNotes notes;
+  std::unique_ptr<Connection> controller;
+  uint64_t program = 0;
+  uint64_t w = 0;
+
+  absl::Status Load(const SocketAddress& where) {
+    ASSIGN_OR_RETURN(controller, ConnectAs(where, "controller", notes.handler()));
+    ASSIGN_OR_RETURN(uint64_t mesh, AllocateMeshOf2(*controller));
+    ASSIGN_OR_RETURN(program, LoadPartB(*controller, PipelinePartB(), mesh));
+    IslandRequest create;
+    create.mutable_create_array()->set_mesh(mesh);
+    create.mutable_create_array()->add_shape(kCols);
+    create.mutable_create_array()->add_shape(kCols);
+    create.mutable_create_array()->set_dtype(F32);
+    create.mutable_create_array()->set_sharding(ShardingDef().SerializeAsString());
+    ASSIGN_OR_RETURN(IslandResponse made, CallIsland(*controller, create));
+    w = made.id();
+    return absl::OkStatus();
+  }
+  // Starts run `tag` (its deadline: the island's when infinite).
+  absl::Status Execute(uint64_t tag, absl::Duration deadline = absl::InfiniteDuration()) {
+    IslandRequest run;
+    run.mutable_execute()->set_program(program);
+    run.mutable_execute()->set_tag(tag);
+    run.mutable_execute()->add_inputs(w);
+    if (deadline != absl::InfiniteDuration())
+      run.mutable_execute()->set_deadline_us(absl::ToInt64Microseconds(deadline));
+    return CallIsland(*controller, run).status();
+  }
+};
+
+// Tells the island at the other end of `link` (as island a) that channel
+// 777's values come over it.
+absl::Status OpenChannel777(Connection& link) {
+  IslandRequest open;
+  open.mutable_channel_open()->set_channel(777);
+  Request request;
+  request.set_island(open.SerializeAsString());
+  return link.Notify(request, absl::Now() + kRunTimeout);
+}
+
+// Sends run `tag`'s value t on channel 777 over `link`.
+absl::Status SendT(Connection& link, uint64_t tag) {
+  const std::vector<float> t = RandomFloats(kRows * kCols, 3);
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+  return link.SendData(777, tag, 0, bytes.size(), bytes, absl::Now() + kRunTimeout);
+}
+
 // Tests that the end of a peer island's connection fails the receives of
 // the channels that peer opened on it, and only those: a connection under
 // the peer's name that carried nothing (a spare link, or a link that broke
@@ -438,33 +492,8 @@ TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
   options.name = "isl-b";
   ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
   ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
-  RunDoneNotes notes;
-  ASSERT_OK_AND_ASSIGN(auto controller, ConnectAs(where, "controller", notes.handler()));
-  ASSERT_OK_AND_ASSIGN(uint64_t mesh, AllocateMeshOf2(*controller));
-  ASSERT_OK_AND_ASSIGN(uint64_t program, LoadPartB(*controller, PipelinePartB(), mesh));
-  IslandRequest create;
-  create.mutable_create_array()->set_mesh(mesh);
-  create.mutable_create_array()->add_shape(kCols);
-  create.mutable_create_array()->add_shape(kCols);
-  create.mutable_create_array()->set_dtype(F32);
-  create.mutable_create_array()->set_sharding(ShardingDef().SerializeAsString());
-  ASSERT_OK_AND_ASSIGN(IslandResponse w, CallIsland(*controller, create));
-  auto execute = [&](uint64_t tag) {
-    IslandRequest run;
-    run.mutable_execute()->set_program(program);
-    run.mutable_execute()->set_tag(tag);
-    run.mutable_execute()->add_inputs(w.id());
-    return CallIsland(*controller, run).status();
-  };
-  auto open_channel = [](Connection& link) {
-    IslandRequest open;
-    open.mutable_channel_open()->set_channel(777);
-    Request request;
-    request.set_island(open.SerializeAsString());
-    return link.Notify(request, absl::Now() + kRunTimeout);
-  };
-  const std::vector<float> t = RandomFloats(kRows * kCols, 3);
-  const absl::Span<const uint8_t> t_bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+  PartBOnIsland b;
+  ASSERT_OK(b.Load(where));
 
   // A link from isl-a that opened nothing ends, and the island has reaped it.
   ASSERT_OK_AND_ASSIGN(auto spare, ConnectAs(where, "isl-a"));
@@ -473,10 +502,10 @@ TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
   ASSERT_EQ(AwaitSessions(*server, 1), 1u);
   // The channel's values come over a new link: run 1 is served.
   ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
-  ASSERT_OK(open_channel(*link));
-  ASSERT_OK(execute(1));
-  ASSERT_OK(link->SendData(777, /*tag=*/1, 0, t_bytes.size(), t_bytes, absl::Now() + kRunTimeout));
-  EXPECT_OK(notes.Await(1));
+  ASSERT_OK(OpenChannel777(*link));
+  ASSERT_OK(b.Execute(1));
+  ASSERT_OK(SendT(*link, 1));
+  EXPECT_OK(b.notes.Await(1));
   // A session that neither sends on the channel nor loaded its program
   // cannot fail its runs.
   {
@@ -493,16 +522,174 @@ TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
     describe.mutable_describe();
     ASSERT_OK(CallIsland(*stranger, describe).status());  // the note was handled before this answer
   }
-  ASSERT_OK(execute(3));
-  ASSERT_OK(link->SendData(777, /*tag=*/3, 0, t_bytes.size(), t_bytes, absl::Now() + kRunTimeout));
-  EXPECT_OK(notes.Await(3));
+  ASSERT_OK(b.Execute(3));
+  ASSERT_OK(SendT(*link, 3));
+  EXPECT_OK(b.notes.Await(3));
   // That link ends before run 2's value: run 2 fails, naming the link's end.
-  ASSERT_OK(execute(2));
+  ASSERT_OK(b.Execute(2));
   link->Close("isl-a is going away");
-  const absl::Status lost = notes.Await(2);
+  const absl::Status lost = b.notes.Await(2);
   EXPECT_FALSE(lost.ok());
   EXPECT_FALSE(absl::IsDeadlineExceeded(lost)) << lost;
   EXPECT_THAT(std::string(lost.message()), HasSubstr("isl-a is going away"));
+}
+
+// The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
+// of one accelerator: input x (one i32, unused), output out (65 i32). On
+// this machine's CPU driver 4096 groups take about 1.5 s, 65535 about 25 s.
+ProgramDef SpinnerDef(uint32_t groups) {
+  KernelStep step;
+  step.kernel = ValueOrThrow(Kernel::FromGlsl("spin", causeway::testing::kSpinGlsl));
+  step.args = {0, 1};
+  step.groups = {groups, 1, 1};
+  auto fn = ValueOrThrow(Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
+  ProgramDef def;
+  def.set_name("spinner");
+  MeshDef* m = def.add_meshes();
+  m->set_name("m");
+  m->add_dims(1);
+  *def.add_functions() = ValueOrThrow(ToDef(*fn, "spin"));
+  AddParameter(def, "x", "m", {1}, Sharding::Replicated());
+  def.mutable_parameters(0)->set_dtype(I32);
+  AddCall(def, "spin", "spin", "m", {"x"}, {"out"});
+  def.add_outputs("out");
+  return def;
+}
+
+// The program `name`: y = x + b, n floats each, on a mesh "m" of one
+// accelerator.
+ProgramDef AddDef(const std::string& name, int n) {
+  ProgramDef def;
+  def.set_name(name);
+  MeshDef* m = def.add_meshes();
+  m->set_name("m");
+  m->add_dims(1);
+  *def.add_functions() = ElementwiseDef("add", "add", {n});
+  AddParameter(def, "x", "m", {n}, Sharding::Replicated());
+  AddParameter(def, "b", "m", {n}, Sharding::Replicated());
+  AddCall(def, "add", "add", "m", {"x", "b"}, {"y"});
+  def.add_outputs("y");
+  return def;
+}
+
+// y = a + b on `mesh` through `c`, checked against the CPU; `seed` varies
+// the inputs.
+absl::Status RemoteAddAndCheck(Controller& c, const RemoteMesh& mesh, int seed) {
+  constexpr int kN = 4096;
+  ASSIGN_OR_RETURN(auto program, c.Load(AddDef("add", kN), {{"m", mesh}}));
+  const std::vector<float> ah = RandomFloats(kN, seed), bh = RandomFloats(kN, seed + 1);
+  ASSIGN_OR_RETURN(RemoteArray a, c.CreateArray(mesh, {kN}, DType::kF32));
+  ASSIGN_OR_RETURN(RemoteArray b, c.CreateArray(mesh, {kN}, DType::kF32));
+  RETURN_IF_ERROR(c.Upload(a, ah.data(), ah.size() * 4));
+  RETURN_IF_ERROR(c.Upload(b, bh.data(), bh.size() * 4));
+  ASSIGN_OR_RETURN(RemoteRun run, c.Execute(program, {a, b}));
+  RETURN_IF_ERROR(run.done.AwaitStatus(absl::Now() + kRunTimeout));
+  std::vector<float> got(kN);
+  RETURN_IF_ERROR(c.Download(run.outputs[0], got.data(), got.size() * 4, absl::Now() + kRunTimeout));
+  for (int i = 0; i < kN; ++i) {
+    if (got[i] != ah[i] + bh[i]) return absl::InternalError(absl::StrCat("wrong result at ", i));
+  }
+  return absl::OkStatus();
+}
+
+// Tests a remote run's deadline, with two tenants on an island process of
+// two accelerators: the first's kernel fails at its 1 s deadline with
+// DeadlineExceeded naming the island, program, gang call, kernel and
+// accelerator, and the second tenant, on the other accelerator, gets
+// correct results before and after (on lavapipe its dispatches wait for the
+// kernel meanwhile: deadline_test.cc says why); the island refuses
+// deadlines below its --min-deadline.
+TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
+  auto started = IslandProcess::Start(
+      ::causeway::testing::CliPath(), "isl-d",
+      {::causeway::testing::DeviceFlag(), "--accelerators=2", "--validation", "--min-deadline=200ms"},
+      {"LP_NUM_THREADS=0"});
+  ASSERT_OK(started.status());
+  std::unique_ptr<IslandProcess> island = *std::move(started);
+  ControllerOptions spinner_options, other_options;
+  spinner_options.name = "spinner";
+  other_options.name = "other";
+  ASSERT_OK_AND_ASSIGN(auto spinner, Controller::Connect({island->address()}, spinner_options));
+  ASSERT_OK_AND_ASSIGN(auto other, Controller::Connect({island->address()}, other_options));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh spin_mesh, spinner->AllocateMesh(0, {1}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh other_mesh, other->AllocateMesh(0, {1}));
+  ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 1));
+  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096), {{"m", spin_mesh}}));
+  ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(spin_mesh, {1}, DType::kI32));
+  const int32_t zero = 0;
+  ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
+
+  ASSERT_OK_AND_ASSIGN(RemoteRun hurried,
+                       spinner->Execute(program, {x}, {.deadline = absl::Milliseconds(50)}));
+  EXPECT_ERROR(hurried.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kInvalidArgument,
+               "below island 'isl-d''s least of 200ms");
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, spinner->Execute(program, {x}, {.deadline = absl::Seconds(1)}));
+  int other_runs = 0;
+  while (absl::Now() < start + absl::Milliseconds(800))
+    ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 10 + ++other_runs));
+  const absl::Status status = run.done.AwaitStatus(absl::Now() + kRunTimeout);
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_ERROR(status, absl::StatusCode::kDeadlineExceeded, "island 'isl-d'", "program 'spinner",
+               "deadline of 1.00 s", "gang call 'spin'", "kernel 'spin'", "accelerator");
+  EXPECT_GE(waited, absl::Seconds(1));
+  EXPECT_LT(waited, absl::Seconds(1) + causeway::testing::kSchedulingSlack);
+  for (int r = 0; r < 3; ++r) ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 100 + r));
+  EXPECT_GE(other_runs, 1);
+}
+
+// Tests that an island whose accelerator is wedged by a kernel with no
+// deadline (about 25 s of work) still ends on SIGTERM within 5 s (it
+// quarantines the accelerator after 2 s and abandons it a second later,
+// naming it on stderr), and that its controller is told.
+TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
+  auto started = IslandProcess::Start(::causeway::testing::CliPath(), "isl-w",
+                                      {::causeway::testing::DeviceFlag(), "--accelerators=1", "--validation"},
+                                      {"LP_NUM_THREADS=0"});
+  ASSERT_OK(started.status());
+  std::unique_ptr<IslandProcess> island = *std::move(started);
+  ASSERT_OK_AND_ASSIGN(auto spinner, Controller::Connect({island->address()}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, spinner->AllocateMesh(0, {1}));
+  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(65535), {{"m", mesh}}));
+  ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(mesh, {1}, DType::kI32));
+  const int32_t zero = 0;
+  ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, spinner->Execute(program, {x}));
+  // Running, not finished.
+  EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + absl::Milliseconds(500)),
+               absl::StatusCode::kDeadlineExceeded);
+  const absl::Time stopping = absl::Now();
+  const int wait_status = island->Stop(/*limit=*/absl::Seconds(30));
+  EXPECT_LT(absl::Now() - stopping, absl::Seconds(5));
+  EXPECT_TRUE(WIFEXITED(wait_status)) << wait_status;
+  // The controller hears that the island is gone.
+  EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "isl-w");
+}
+
+// Tests that a peer island that stays connected but never sends a run's
+// value cannot hold the receiving island: the run fails at its deadline,
+// saying that the value had not come, and nothing is quarantined (the next
+// run, whose value comes, is served).
+TEST(IslandServerTest, APeerThatNeverSendsFailsTheRunAtItsDeadline) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-b";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  PartBOnIsland b;
+  ASSERT_OK(b.Load(where));
+  // The peer: connected, its channel opened, and silent (its heartbeats go on).
+  ASSERT_OK_AND_ASSIGN(auto peer, ConnectAs(where, "isl-a"));
+  ASSERT_OK(OpenChannel777(*peer));
+
+  const absl::Time start = absl::Now();
+  ASSERT_OK(b.Execute(1, absl::Milliseconds(500)));
+  EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kDeadlineExceeded, "deadline of 0.50 s", "had not come");
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500) + causeway::testing::kSchedulingSlack);
+  ASSERT_OK(b.Execute(2, absl::Seconds(30)));
+  ASSERT_OK(SendT(*peer, 2));
+  EXPECT_OK(b.notes.Await(2));
+  for (int i = 0; i < 2; ++i) EXPECT_OK(rt->accelerator(i)->health());
 }
 
 // Tests that a run the island cannot start (an input released before it)
@@ -718,17 +905,7 @@ TEST(IslandServerTest, ChainedRunsUseAndReleaseOutputsNotYetMade) {
   ASSERT_TRUE(a != nullptr);
   ASSERT_OK_AND_ASSIGN(auto c, Controller::Connect({a->address()}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, c->AllocateMesh(0, {1}));
-  ProgramDef def;
-  def.set_name("step");
-  MeshDef* m = def.add_meshes();
-  m->set_name("m");
-  m->add_dims(1);
-  *def.add_functions() = ElementwiseDef("add", "add", {kN});
-  AddParameter(def, "x", "m", {kN}, Sharding::Replicated());
-  AddParameter(def, "b", "m", {kN}, Sharding::Replicated());
-  AddCall(def, "next", "add", "m", {"x", "b"}, {"y"});
-  def.add_outputs("y");
-  ASSERT_OK_AND_ASSIGN(auto program, c->Load(def, {{"m", mesh}}));
+  ASSERT_OK_AND_ASSIGN(auto program, c->Load(AddDef("step", kN), {{"m", mesh}}));
   const std::vector<float> x0 = RandomFloats(kN, 1), b = RandomFloats(kN, 2);
   ASSERT_OK_AND_ASSIGN(RemoteArray x, c->CreateArray(mesh, {kN}, DType::kF32));
   ASSERT_OK_AND_ASSIGN(RemoteArray bias, c->CreateArray(mesh, {kN}, DType::kF32));
