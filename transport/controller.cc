@@ -226,6 +226,9 @@ absl::StatusOr<IslandDescription> Controller::Describe(int island) {
   for (int i = 0; i < 3 && i < info.max_workgroup_count().size(); ++i) {
     d.device.limits.maxComputeWorkGroupCount[i] = info.max_workgroup_count(i);
   }
+  for (const std::string& why : info.out_of_service()) {
+    d.health.push_back(why.empty() ? absl::OkStatus() : absl::UnavailableError(why));
+  }
   return d;
 }
 

@@ -79,6 +79,10 @@ struct IslandDescription {
   // Of its accelerators: the name, type, subgroup size and compute limits
   // (what ops:: plans take); nothing else is filled in.
   PhysicalDeviceInfo device;
+  // Each accelerator's health when described: OK in service, else
+  // Unavailable saying why it is out for good (quarantined or lost). The
+  // island's mesh allocation avoids those out of service.
+  std::vector<absl::Status> health;
 };
 
 // A program loaded over one or more islands. Opaque.

@@ -454,6 +454,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           info->add_max_workgroup_size(device.limits.maxComputeWorkGroupSize[d]);
           info->add_max_workgroup_count(device.limits.maxComputeWorkGroupCount[d]);
         }
+        for (size_t i = 0; i < server_->runtime_->size(); ++i) {
+          const absl::Status health = server_->runtime_->accelerator(i)->health();
+          info->add_out_of_service(health.ok() ? "" : std::string(health.message()));
+        }
         break;
       }
       case IslandRequest::kAllocateMesh: {

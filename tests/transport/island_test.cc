@@ -636,6 +636,18 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
   EXPECT_LT(waited, absl::Seconds(1) + causeway::testing::kSchedulingSlack);
   for (int r = 0; r < 3; ++r) ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 100 + r));
   EXPECT_GE(other_runs, 1);
+  // Every tenant sees which accelerator is out of service, and why; new
+  // meshes avoid it.
+  ASSERT_OK_AND_ASSIGN(IslandDescription d, other->Describe(0));
+  ASSERT_EQ(d.health.size(), 2u);
+  EXPECT_EQ(d.health[0].ok() + d.health[1].ok(), 1) << d.health[0] << "; " << d.health[1];
+  const absl::Status out = d.health[0].ok() ? d.health[1] : d.health[0];
+  EXPECT_ERROR(out, absl::StatusCode::kUnavailable, "is quarantined", "kernel 'spin'",
+               "past its limit of 1.00 s");
+  EXPECT_ERROR(spinner->AllocateMesh(0, {2}).status(), absl::StatusCode::kResourceExhausted,
+               "1 out of service");
+  ASSERT_OK_AND_ASSIGN(RemoteMesh fresh, spinner->AllocateMesh(0, {1}));
+  ASSERT_OK(RemoteAddAndCheck(*spinner, fresh, 200));
 }
 
 // Tests that an island whose accelerator is wedged by a kernel with no
