@@ -63,13 +63,15 @@ absl::StatusOr<RemoteBackend::Stored> RemoteBackend::Get(Handle array) const {
 }
 
 absl::StatusOr<std::vector<TrainBackend::Handle>> RemoteBackend::Execute(int program,
-                                                                         const std::vector<Handle>& inputs) {
+                                                                         const std::vector<Handle>& inputs,
+                                                                         absl::Duration deadline) {
   std::vector<transport::RemoteArray> arrays;
   for (Handle h : inputs) {
     ASSIGN_OR_RETURN(Stored s, Get(h));
     arrays.push_back(std::move(s.array));
   }
-  ASSIGN_OR_RETURN(transport::RemoteRun run, controller_->Execute(programs_.at(program), arrays));
+  ASSIGN_OR_RETURN(transport::RemoteRun run,
+                   controller_->Execute(programs_.at(program), arrays, {.deadline = deadline}));
   std::vector<Handle> out;
   for (transport::RemoteArray& a : run.outputs) {
     arrays_[next_] = {std::move(a), run.done};

@@ -41,7 +41,8 @@ class RemoteBackend : public TrainBackend {
                            const absl::flat_hash_map<std::string, int>& meshes) override;
   absl::StatusOr<Handle> Create(int mesh, const Shape& shape, DType dtype, const Sharding& sharding,
                                 const void* data, uint64_t bytes) override;
-  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs) override;
+  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs,
+                                              absl::Duration deadline) override;
   absl::StatusOr<std::vector<float>> Read(Handle array) override;
   absl::StatusOr<double> Sum(Handle array) override;
   absl::Status Release(Handle array) override;

@@ -49,13 +49,14 @@ absl::StatusOr<ArrayRef> LocalBackend::Get(Handle array) const {
 }
 
 absl::StatusOr<std::vector<TrainBackend::Handle>> LocalBackend::Execute(int program,
-                                                                        const std::vector<Handle>& inputs) {
+                                                                        const std::vector<Handle>& inputs,
+                                                                        absl::Duration deadline) {
   std::vector<ArrayRef> arrays;
   for (Handle h : inputs) {
     ASSIGN_OR_RETURN(ArrayRef a, Get(h));
     arrays.push_back(std::move(a));
   }
-  ASSIGN_OR_RETURN(Execution run, client_->Execute(programs_.at(program), arrays));
+  ASSIGN_OR_RETURN(Execution run, client_->Execute(programs_.at(program), arrays, {.deadline = deadline}));
   std::vector<Handle> out;
   for (ArrayRef& a : run.outputs) {
     arrays_[next_] = std::move(a);
@@ -236,7 +237,8 @@ absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
     return absl::OkStatus();
   }();
   absl::StatusOr<std::vector<TrainBackend::Handle>> run =
-      made.ok() ? backend_->Execute(train_, inputs) : absl::StatusOr<std::vector<TrainBackend::Handle>>(made);
+      made.ok() ? backend_->Execute(train_, inputs, options_.run_deadline)
+                : absl::StatusOr<std::vector<TrainBackend::Handle>>(made);
   ReleaseAll(fresh);
   if (!run.ok()) return run.status();
   if (run->size() != step_program_.output_values.size()) {
@@ -345,7 +347,8 @@ absl::StatusOr<double> Trainer::Evaluate() {
       break;
     }
     inputs.insert(inputs.end(), weights_[0].begin(), weights_[0].end());
-    absl::StatusOr<std::vector<TrainBackend::Handle>> run = backend_->Execute(eval_, inputs);
+    absl::StatusOr<std::vector<TrainBackend::Handle>> run =
+        backend_->Execute(eval_, inputs, options_.run_deadline);
     ReleaseAll({*ids, *targets});
     if (!run.ok()) {
       status = run.status();

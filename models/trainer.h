@@ -40,6 +40,11 @@ struct TrainOptions {
   ops::AdamConfig adam;
   uint64_t seed = 1;  // initial weights and batches
   uint32_t eval_batches = 8;
+  // How long each run (a step, an evaluation batch) may take: past it the
+  // run fails with DeadlineExceeded naming its gang call, kernel and
+  // accelerator, and training stops with that error (ExecuteOptions::
+  // deadline). Infinite: none.
+  absl::Duration run_deadline = absl::InfiniteDuration();
 };
 
 struct StepReport {
@@ -67,8 +72,10 @@ class TrainBackend {
   // A new array holding `bytes` (row-major, the whole array).
   virtual absl::StatusOr<Handle> Create(int mesh, const Shape& shape, DType dtype, const Sharding& sharding,
                                         const void* data, uint64_t bytes) = 0;
-  // Queues a run; returns its outputs at once (in the def's order).
-  virtual absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs) = 0;
+  // Queues a run, which fails past `deadline` from now (infinite: never);
+  // returns its outputs at once (in the def's order).
+  virtual absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs,
+                                                      absl::Duration deadline) = 0;
   // The f32 array's values, once written.
   virtual absl::StatusOr<std::vector<float>> Read(Handle array) = 0;
   // The sum of the f32 array's values, once written; may read them sooner
@@ -89,7 +96,8 @@ class LocalBackend : public TrainBackend {
                            const absl::flat_hash_map<std::string, int>& meshes) override;
   absl::StatusOr<Handle> Create(int mesh, const Shape& shape, DType dtype, const Sharding& sharding,
                                 const void* data, uint64_t bytes) override;
-  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs) override;
+  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs,
+                                              absl::Duration deadline) override;
   absl::StatusOr<std::vector<float>> Read(Handle array) override;
   absl::StatusOr<double> Sum(Handle array) override;
   absl::Status Release(Handle array) override;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "runtime/fault_injection.h"
+#include "runtime/seconds.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "runtime/vk_status.h"
@@ -782,8 +783,7 @@ absl::Duration Accelerator::CheckHold() {
     what = slot.what;
     limit = slot.hold_limit;
   }
-  const std::string times = absl::StrFormat("%.2f s, past its limit of %.2f s", absl::ToDoubleSeconds(held),
-                                            absl::ToDoubleSeconds(limit));
+  const std::string times = absl::StrCat(FormatSeconds(held), ", past its limit of ", FormatSeconds(limit));
   Fail(absl::UnavailableError(absl::StrCat(name(), " is quarantined: ", what, " held it for ", times)),
        culprit,
        absl::DeadlineExceededError(

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/ops.h"
+#include "runtime/seconds.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 
@@ -613,8 +614,7 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     if (const absl::Duration limit = run.deadline_; limit != absl::InfiniteDuration()) {
       // No submission of the run may hold a device longer than the whole run may take.
       submit.hold_limit = limit;
-      submit.what = absl::StrFormat("%s, under a deadline of %.2f s", DescribeGangCall(g),
-                                    absl::ToDoubleSeconds(limit));
+      submit.what = absl::StrCat(DescribeGangCall(g), ", under a deadline of ", FormatSeconds(limit));
     }
     Future<> f = acc->Submit(list, waits, std::move(submit));
     if (commands != nullptr) commands->push_back(static_cast<int>(list->size()));

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/accelerator.h"
+#include "runtime/seconds.h"
 #include "runtime/trace.h"
 
 namespace causeway {
@@ -355,23 +356,23 @@ void GangScheduler::Expire(const std::shared_ptr<RunState>& run) {
   const Executable& exe = *run->executable();
   std::string doing;
   auto [pending, g] = run->completion()->FirstPending();
-  const double ran = absl::ToDoubleSeconds(absl::Now() - run->started());
+  const std::string ran = FormatSeconds(absl::Now() - run->started());
   if (pending.valid() && g >= 0) {
     const auto* acc = dynamic_cast<const Accelerator*>(pending.timeline_driver());
-    doing = absl::StrFormat("%s on %s had not finished after %.2f s", exe.DescribeGangCall(g),
+    doing = absl::StrFormat("%s on %s had not finished after %s", exe.DescribeGangCall(g),
                             acc != nullptr ? acc->name() : "the host", ran);
   } else if (pending.valid()) {
-    doing = absl::StrFormat("its sends to another island had not finished after %.2f s", ran);
+    doing = absl::StrCat("its sends to another island had not finished after ", ran);
   } else {
     absl::MutexLock lock(&mu_);
     const size_t next = std::min(run->next_step_, exe.gang_calls() - 1);
     doing = absl::StrFormat(
-        "%s was not yet dispatched after %.2f s (%s)", exe.DescribeGangCall(next), ran,
+        "%s was not yet dispatched after %s (%s)", exe.DescribeGangCall(next), ran,
         run->waiting_ ? "its value from another island had not come" : "queued behind other work");
   }
   run->completion()->Expire(absl::DeadlineExceededError(
-      absl::StrFormat("run %d of program '%s' (client %d) passed its deadline of %.2f s: %s", run->tag(),
-                      exe.program().name(), run->client(), absl::ToDoubleSeconds(run->deadline()), doing)));
+      absl::StrFormat("run %d of program '%s' (client %d) passed its deadline of %s: %s", run->tag(),
+                      exe.program().name(), run->client(), FormatSeconds(run->deadline()), doing)));
   // A run waiting aside for a value goes to dispatch, which fails the rest.
   absl::MutexLock lock(&mu_);
   run->waiting_ = false;

@@ -83,6 +83,10 @@ int TrainCommand(const std::vector<std::string>& args) {
   specs.push_back({"connect", "data parallel across running island servers (HOST:PORT,...; see causeway island)",
                    ""});
   specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
+  specs.push_back({"deadline",
+                   "fail a step (or evaluation batch) that takes longer (e.g. 10s), naming its kernel and "
+                   "accelerator; an accelerator its work still holds is quarantined",
+                   ""});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
     std::fprintf(stderr, "causeway train: %s\n", std::string(s.message()).c_str());
@@ -152,6 +156,11 @@ int TrainCommand(const std::vector<std::string>& args) {
   options.adam.lr = static_cast<float>(lr);
   options.seed = static_cast<uint64_t>(get("seed"));
   options.eval_batches = static_cast<uint32_t>(get("eval-batches"));
+  if (flags.Has("deadline")) {
+    auto deadline = flags.Duration("deadline");
+    if (!deadline.ok()) return fail(deadline.status(), 2);
+    options.run_deadline = *deadline;
+  }
 
   // Where it runs: this process's accelerators, or islands (started here or
   // running elsewhere), one replica of the layout on each.

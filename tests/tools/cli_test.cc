@@ -198,6 +198,23 @@ TEST(CliTest, TrainLearnsAndReportsItsSummary) {
   EXPECT_TRUE(bad.out.empty());
 }
 
+// `causeway train --deadline`: a step that takes longer fails, and training
+// stops with its error, naming the gang call; a malformed deadline is a
+// usage error.
+TEST(CliTest, TrainStopsAtAStepPastItsDeadline) {
+  Result late = RunCli({"train", ::causeway::testing::DeviceFlag(),
+                        absl::StrCat("--corpus=", ::causeway::testing::DataDir(), "/kjv-genesis-exodus.txt"),
+                        "--steps=3", "--layers=1", "--d-model=32", "--heads=2", "--d-ff=64", "--batch=8",
+                        "--seq-len=16", "--trace-steps=0", "--deadline=1us"});
+  EXPECT_EQ(late.exit_code, 1) << late.out << late.err;
+  EXPECT_THAT(late.err, HasSubstr("deadline"));
+  EXPECT_THAT(late.err, HasSubstr("gang call"));
+  EXPECT_THAT(late.out, Not(HasSubstr("held-out loss")));
+  Result bad = RunCli({"train", "--deadline=soon"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--deadline wants a duration"));
+}
+
 // A server writes its trace when it is stopped.
 TEST(CliTest, IslandWritesItsTraceWhenStopped) {
   const std::string path = ::testing::TempDir() + "/cli_test_island.json";
