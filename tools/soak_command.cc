@@ -285,6 +285,8 @@ struct ClientConfig {
   // The deadline of each wait: a run's completion, a download, the islands
   // coming back.
   absl::Duration timeout = absl::Seconds(30);
+  // Each run's deadline on the islands (RemoteExecuteOptions::deadline).
+  absl::Duration run_deadline = absl::InfiniteDuration();
 };
 
 // One client: its own controller over both islands, runs in flight, each
@@ -375,7 +377,7 @@ class SoakClient {
       f.inputs.push_back(array);
       RETURN_IF_ERROR(c.Upload(array, host->data(), host->size() * sizeof(float)));
     }
-    ASSIGN_OR_RETURN(f.run, c.Execute(session_->program, f.inputs));
+    ASSIGN_OR_RETURN(f.run, c.Execute(session_->program, f.inputs, {.deadline = config_.run_deadline}));
     tally_->Issued();
     f.deadline = absl::Now() + config_.timeout;
     f.expected = Reference(x, y, w, n);
@@ -518,6 +520,10 @@ int SoakCommand(const std::vector<std::string>& args) {
                    ""});
   specs.push_back({"report-every", "a progress line and a memory sample this often", "10s"});
   specs.push_back({"timeout", "deadline of every wait: a run, a download, the islands coming back", "30s"});
+  specs.push_back({"deadline",
+                   "each run's deadline on the islands (e.g. 5s): a run past it fails, naming its kernel, "
+                   "and counts as an error",
+                   ""});
   specs.push_back({"seed", "the kills' times and victims, and the clients' inputs", "1"});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
@@ -570,6 +576,12 @@ int SoakCommand(const std::vector<std::string>& args) {
     auto parsed = flags.Duration(name);
     if (!parsed.ok()) return fail(parsed.status(), 2);
     *d = *parsed;
+  }
+  absl::Duration run_deadline = absl::InfiniteDuration();
+  if (flags.Has("deadline")) {
+    auto parsed = flags.Duration("deadline");
+    if (!parsed.ok()) return fail(parsed.status(), 2);
+    run_deadline = *parsed;
   }
   if (kill_min > kill_max) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--kill-min (", absl::FormatDuration(kill_min),
@@ -641,6 +653,7 @@ int SoakCommand(const std::vector<std::string>& args) {
     config.in_flight = static_cast<int>(in_flight.value);
     config.seed = static_cast<uint32_t>(seed.value);
     config.timeout = timeout;
+    config.run_deadline = run_deadline;
     soak_clients.push_back(std::make_unique<SoakClient>(config, &directory, &tally, &stop));
   }
   const absl::Time start = absl::Now();

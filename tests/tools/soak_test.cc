@@ -43,12 +43,14 @@ long long ReportValue(const std::string& report, const std::string& name) {
 
 // Tests that a short soak with fast kills runs programs, kills and restarts
 // an island, that the clients go on running programs after the last kill,
-// that every future resolved, and that it passes (exit 0).
+// that every future resolved, and that it passes (exit 0), its runs under a
+// deadline on the islands that none of them comes near.
 TEST(SoakTest, ClientsRecoverFromKilledIslands) {
   // Kills from 3 s on, none in the last 14 s: time for the last restart and
   // the clients' reconnects, however slow the build.
-  Result r = RunCli({"soak", "--duration=24s", "--kill-min=3s", "--kill-max=5s", "--settle=14s",
-                     "--report-every=2s", "--timeout=60s", ::causeway::testing::DeviceFlag()});
+  Result r =
+      RunCli({"soak", "--duration=24s", "--kill-min=3s", "--kill-max=5s", "--settle=14s", "--report-every=2s",
+              "--timeout=60s", "--deadline=30s", ::causeway::testing::DeviceFlag()});
   SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_GT(ReportValue(r.out, "programs ok"), 0);
@@ -79,6 +81,7 @@ TEST(SoakTest, BadFlagsAreRefused) {
       {{"--kill-min=20s", "--kill-max=5s"}, "--kill-min (20s) must not exceed --kill-max (5s)"},
       {{"--kill-min=0s"}, "--kill-min must be a finite duration > 0"},
       {{"--report-every=inf"}, "--report-every must be a finite duration > 0"},
+      {{"--deadline=0s"}, "--deadline must be a finite duration > 0"},
       {{"--duration=1m", "--settle=2m"}, "--settle wants a duration from 0 to less than --duration (1m)"},
       {{"--clients=0"}, "--clients must be in 1..64, got 0"},
       {{"--size=63"}, "--size must be even"},
