@@ -22,6 +22,7 @@
 // --json=FILE.
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -41,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -54,9 +56,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "runtime/instance.h"
 #include "runtime/memory.h"
 #include "runtime/runtime.h"
+#include "runtime/seconds.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -261,9 +266,12 @@ std::string ParamText(const json& v) {
 
 // Runs `argv` with stdin from /dev/null and stdout and stderr into files (""
 // = /dev/null), calling `tick` about every 100 ms while it runs. Returns the
-// wait status; `argv[0]` is looked up in PATH when it has no slash.
+// wait status; `argv[0]` is looked up in PATH when it has no slash. Still
+// running `deadline` from now, it gets SIGTERM, then SIGKILL 2 s later, and
+// the result is DeadlineExceeded saying so.
 absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::string& out,
-                          const std::string& err, const std::function<void()>& tick) {
+                          const std::string& err, const std::function<void()>& tick,
+                          absl::Duration deadline = absl::InfiniteDuration()) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -279,12 +287,27 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::strin
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return absl::NotFoundError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
   int status = 0;
+  const absl::Time start = absl::Now();
+  std::optional<int> stopped_with;  // the signal sent past the deadline
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
+    if (r == pid) {
+      if (!stopped_with.has_value()) return status;
+      return absl::DeadlineExceededError(absl::StrCat("ran past its deadline of ", FormatSeconds(deadline),
+                                                      " and was stopped (", strsignal(*stopped_with), ")"));
+    }
     if (r < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+    const absl::Duration ran = absl::Now() - start;
+    if (!stopped_with.has_value() && ran > deadline) {
+      stopped_with = SIGTERM;
+      kill(pid, SIGTERM);
+    } else if (stopped_with == SIGTERM && ran > deadline + absl::Seconds(2)) {
+      stopped_with = SIGKILL;
+      kill(pid, SIGKILL);
+    }
     if (tick) tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        std::min<int64_t>(100, std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - ran)))));
   }
 }
 
@@ -856,7 +879,7 @@ class Progress {
 };
 
 SuiteRun RunSuite(const Suite& suite, const std::string& binary, const std::vector<std::string>& extra_args,
-                  const fs::path& raw, Progress& progress, json* results) {
+                  const fs::path& raw, absl::Duration deadline, Progress& progress, json* results) {
   SuiteRun run{&suite, binary};
   const fs::path json_path = raw / absl::StrCat(suite.name, ".json");
   const fs::path out_path = raw / absl::StrCat(suite.name, ".txt");
@@ -866,12 +889,14 @@ SuiteRun RunSuite(const Suite& suite, const std::string& binary, const std::vect
   run.args = {binary};
   run.args.insert(run.args.end(), extra_args.begin(), extra_args.end());
   run.args.push_back(absl::StrCat("--json=", json_path.string()));
-  absl::StatusOr<int> status =
-      Spawn(run.args, out_path.string(), err_path.string(), [&] { progress.Draw(); });
+  absl::StatusOr<int> status = Spawn(
+      run.args, out_path.string(), err_path.string(), [&] { progress.Draw(); }, deadline);
   run.seconds = progress.SuiteSeconds();
   run.stderr_text = ReadFile(err_path);
   if (!status.ok()) {
-    run.error = std::string(status.status().message());
+    run.error = absl::IsDeadlineExceeded(status.status())
+                    ? absl::StrCat(suite.binary, " ", status.status().message())
+                    : std::string(status.status().message());
     return run;
   }
   if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
@@ -914,6 +939,7 @@ int BenchCommand(const std::vector<std::string>& args) {
       {"update-doc", "also write the repository's BENCHMARKS.md and its plots in docs/bench/", "", true},
       {"repo", "the repository --update-doc writes", SourceDirectory()},
       {"list", "list the suites and where their binaries are, then exit", "", true},
+      {"deadline", "the most each suite may take (e.g. 20m): past it, it is stopped and reported failed", ""},
   });
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(std::string(s.message()), 2);
   if (flags.Bool("help")) {
@@ -943,6 +969,12 @@ int BenchCommand(const std::vector<std::string>& args) {
       return Fail(absl::StrCat("--only names no suite; the suites are ", SuiteNames()), 2);
   } else {
     for (const Suite& s : kSuites) selected.push_back(&s);
+  }
+  absl::Duration deadline = absl::InfiniteDuration();
+  if (flags.Has("deadline")) {
+    auto d = flags.Duration("deadline");
+    if (!d.ok()) return Fail(std::string(d.status().message()), 2);
+    deadline = *d;
   }
   int64_t samples = 0;  // 0 = each suite's own
   if (flags.Has("samples")) {
@@ -1007,7 +1039,7 @@ int BenchCommand(const std::vector<std::string>& args) {
       run = {&suite, "", suite_args};
       run.error = absl::StrCat(suite.binary, " not found (looked in ", absl::StrJoin(dirs, ", "), ")");
     } else {
-      run = RunSuite(suite, binaries[&suite], suite_args, out / "raw", progress, &results);
+      run = RunSuite(suite, binaries[&suite], suite_args, out / "raw", deadline, progress, &results);
     }
     if (run.ok) {
       progress.Finished(absl::StrFormat("%s: %d results in %.1f s", suite.name, run.results, run.seconds));

@@ -17,6 +17,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "benchmarks/bench_report.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -247,6 +249,23 @@ TEST(BenchCommandTest, FailingSuiteIsReportedAndOthersRun) {
   ExpectResults(report["results"], "dcn");
   EXPECT_THAT(ReadFile(out / "BENCHMARKS.md"), HasSubstr("**Failed**"));
   EXPECT_THAT(r.out, HasSubstr("transfer 1 MiB"));
+}
+
+// Tests that a suite still running at --deadline is stopped and reported
+// failed, naming the deadline; a malformed deadline is a usage error.
+TEST(BenchCommandTest, SuitePastItsDeadlineIsStopped) {
+  fs::path dir = FreshDir("deadline");
+  fs::path out = dir / "out";
+  const absl::Time start = absl::Now();
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --quick --only dispatch --deadline=50ms --out ", out.string()),
+                   dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("dispatch: FAILED: causeway_dispatch_bench"));
+  EXPECT_THAT(r.err, HasSubstr("ran past its deadline of 50.0 ms and was stopped"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  Ran bad = RunShell(absl::StrCat(Cli(), " bench --deadline=soon"), dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--deadline wants a duration"));
 }
 
 // Tests that without gnuplot the plots are skipped with a note, and nothing
