@@ -2,13 +2,10 @@
 // naming what it was doing, an accelerator its work still holds is taken out
 // of service (and only that one), and a lost device does the same.
 //
-// The long kernel here (test_support.h) runs about 1.5 s on this machine's
-// CPU driver, longer than any deadline below, and ends by itself; the tests
-// wait for it before the runtime goes. It also reads a release word from its
-// output, which Spin::Release writes through the output's mapping, but the
-// kernel has not been seen to notice (a 65535-group run went on for 28 s
-// after the write): the tests do not rely on the release, only on the
-// kernel's length.
+// The long kernel here (test_support.h) is sized to run about 4 s on this
+// machine's CPU driver, longer than any deadline below, unless released:
+// Spin::Release writes the release word through the output's mapping and the
+// kernel ends within a round. Tests release it before the runtime goes.
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -45,7 +42,7 @@ constexpr absl::Duration kRunTimeout = absl::Seconds(20);
 // threads; with LP_NUM_THREADS=0 each queue runs its dispatches on its own
 // thread. Set before any Vulkan instance exists. Even so, lavapipe (Mesa
 // 22.3) runs the compute dispatches of a process's VkDevices one at a time:
-// while the spin kernel runs (about 1.5 s here), the other accelerator's
+// while the spin kernel runs, the other accelerator's
 // dispatches wait for it, so the other client below is checked for correct
 // results around the kernel, not for progress during it; that needs a GPU.
 const bool kQueueThreadsOwnDispatches = setenv("LP_NUM_THREADS", "0", 1) == 0;
@@ -57,9 +54,9 @@ absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr
   KernelStep step;
   step.kernel = kernel;
   step.args = {0, 1};
-  // About 1.5 s of work on this machine's CPU driver (longer than any
-  // deadline here); a GPU would finish it in milliseconds.
+  // About 4 s of work unless released (longer than any deadline here).
   step.groups = {4096, 1, 1};
+  step.push_constants = testing::SpinPushConstants(testing::SpinRoundsFor(4096, absl::Seconds(4)));
   ASSIGN_OR_RETURN(auto fn,
                    Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
   ProgramBuilder b("spinner");
@@ -70,8 +67,7 @@ absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr
 }
 
 // A spin kernel's run. Release writes the magic into the run's output,
-// which the kernel reads atomically; see the top of this file for why the
-// tests do not count on it.
+// which the kernel reads atomically each round: it ends within a round.
 struct Spin {
   Execution run;
   std::shared_ptr<Buffer> out;

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -21,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/instance.h"
+#include "runtime/kernel.h"
 #include "runtime/status.h"
 
 extern char** environ;
@@ -263,6 +267,49 @@ void RunConcurrently(std::vector<std::function<void()>> bodies, absl::Duration l
     std::_Exit(1);
   }
   for (auto& t : threads) t.join();
+}
+
+std::vector<uint8_t> SpinPushConstants(uint32_t rounds) {
+  std::vector<uint8_t> bytes(sizeof(rounds));
+  std::memcpy(bytes.data(), &rounds, sizeof(rounds));
+  return bytes;
+}
+
+uint32_t SpinRoundsFor(uint32_t groups, absl::Duration target) {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static auto* known = new std::map<std::pair<uint32_t, int64_t>, uint32_t>;
+  absl::MutexLock lock(&mu);
+  const auto key = std::make_pair(groups, absl::ToInt64Milliseconds(target));
+  if (auto it = known->find(key); it != known->end()) return it->second;
+  auto rt = MakeRuntime(1);
+  if (rt == nullptr) return kSpinMaxRounds;
+  Accelerator* acc = rt->accelerator(0);
+  auto kernel = Kernel::FromGlsl("spin", kSpinGlsl);
+  auto in = acc->CreateBuffer(4);
+  auto out = acc->CreateBuffer(65 * 4);
+  if (!kernel.ok() || !in.ok() || !out.ok()) return kSpinMaxRounds;
+  constexpr uint32_t kProbeGroups = 256, kProbeRounds = 400;
+  // The shorter of two runs of the probe with `rounds`, in seconds.
+  auto seconds = [&](uint32_t rounds) -> double {
+    double best = 1e9;
+    for (int i = 0; i < 2; ++i) {
+      auto list = acc->CreateCommandList("spin calibration");
+      if (!list.ok() || !(*list)->Fill(*out, 0).ok() ||
+          !(*list)->Dispatch(*kernel, {*in, *out}, SpinPushConstants(rounds), {kProbeGroups, 1, 1}).ok()) {
+        return 0;
+      }
+      const absl::Time start = absl::Now();
+      if (!acc->Submit(*list).Await().ok()) return 0;
+      best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    return best;
+  };
+  const double fixed = seconds(0) / kProbeGroups;  // per workgroup
+  const double per_round = std::max(1e-9, seconds(kProbeRounds) / kProbeGroups - fixed) / kProbeRounds;
+  const double rounds = (absl::ToDoubleSeconds(target) / groups - fixed) / per_round;
+  const uint32_t chosen = static_cast<uint32_t>(std::clamp(std::ceil(rounds), 1.0, double{kSpinMaxRounds}));
+  (*known)[key] = chosen;
+  return chosen;
 }
 
 }  // namespace causeway::testing

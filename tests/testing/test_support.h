@@ -106,29 +106,44 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 // longer or for ever; it is not a measure of precision.
 inline constexpr absl::Duration kSchedulingSlack = absl::Seconds(5);
 
-// A kernel that holds its accelerator for a while: each of its workgroups
-// (run it with thousands: llvmpipe ends any loop after about 65535
-// iterations, so length comes from workgroups) loops until word 0 of its
-// output (binding 1) holds kSpinReleaseMagic, read atomically, or its rounds
-// run out: about 1.5 s for 4096 groups and 25 s for 65535 on this machine's
-// CPU driver. A host write of the magic into the output has not been seen
-// to end it early (deadline_test.cc), so tests count on its length only.
+// A kernel that holds its accelerator until released: each workgroup runs
+// up to `rounds` rounds (a push constant, at most kSpinMaxRounds: llvmpipe
+// ends any loop after about 65535 iterations) of integer mixing that no
+// compiler can fold, and stops early once word 0 of its output (binding 1)
+// holds kSpinReleaseMagic, read atomically each round. How long a round
+// takes depends on the machine (a fixed kernel took 1.5 s on one CPU and
+// 0.4 s on another), so tests size it with SpinRoundsFor. A host write of the
+// magic into the output (mapped on lavapipe) ends it within a round.
 // Binding 0 is an unused input (one word).
 inline constexpr uint32_t kSpinReleaseMagic = 0x600DF00Du;
+inline constexpr uint32_t kSpinMaxRounds = 60000;
 inline constexpr char kSpinGlsl[] = R"(#version 450
 layout(local_size_x = 1) in;
+layout(push_constant) uniform Params { uint rounds; };
 layout(set = 0, binding = 0) readonly buffer In { uint unused; };
 layout(set = 0, binding = 1) coherent buffer Out { uint words[]; };
 void main() {
-  uint x = gl_WorkGroupID.x;
-  // An atomic read each time round (a plain one could be hoisted out of the
-  // loop); the inner loop makes each round long next to that read.
-  for (uint i = 0u; i < 60000u && atomicOr(words[0], 0u) != 0x600DF00Du; ++i) {
-    for (uint j = 0u; j < 256u; ++j) x = x * 1664525u + 1013904223u;
+  uint x = gl_WorkGroupID.x + 1u;
+  for (uint i = 0u; i < rounds && atomicOr(words[0], 0u) != 0x600DF00Du; ++i) {
+    // Shifts, xors and multiplies: not an affine recurrence, so the loop
+    // cannot be replaced by a closed form (an LCG was, and took no time).
+    for (uint j = 0u; j < 64u; ++j) {
+      x ^= x >> 13;
+      x *= 0x5bd1e995u;
+      x ^= x >> 15;
+    }
   }
   words[1u + (gl_WorkGroupID.x & 63u)] = x;
 }
 )";
+// The spin kernel's push constants for `rounds`.
+std::vector<uint8_t> SpinPushConstants(uint32_t rounds);
+// How many rounds make the spin kernel of `groups` workgroups run for about
+// `target` on this machine's test device: measured on a runtime of its own
+// (its fixed cost per workgroup and its cost per round), clamped to
+// 1..kSpinMaxRounds. Once per process and arguments. Under load the kernel
+// runs longer than `target`, never much shorter.
+uint32_t SpinRoundsFor(uint32_t groups, absl::Duration target);
 
 int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(200),
                    absl::Duration limit = absl::Seconds(10));

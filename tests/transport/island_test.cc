@@ -535,13 +535,17 @@ TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
 }
 
 // The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
-// of one accelerator: input x (one i32, unused), output out (65 i32). On
-// this machine's CPU driver 4096 groups take about 1.5 s, 65535 about 25 s.
-ProgramDef SpinnerDef(uint32_t groups) {
+// of one accelerator: input x (one i32, unused), output out (65 i32); `groups`
+// workgroups sized to run about `length` on this machine's CPU driver (as
+// measured in this process: an island running with LP_NUM_THREADS=0 takes
+// up to twice as long).
+ProgramDef SpinnerDef(uint32_t groups, absl::Duration length) {
   KernelStep step;
   step.kernel = ValueOrThrow(Kernel::FromGlsl("spin", causeway::testing::kSpinGlsl));
   step.args = {0, 1};
   step.groups = {groups, 1, 1};
+  step.push_constants =
+      causeway::testing::SpinPushConstants(causeway::testing::SpinRoundsFor(groups, length));
   auto fn = ValueOrThrow(Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
   ProgramDef def;
   def.set_name("spinner");
@@ -614,7 +618,7 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
   ASSERT_OK_AND_ASSIGN(RemoteMesh spin_mesh, spinner->AllocateMesh(0, {1}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh other_mesh, other->AllocateMesh(0, {1}));
   ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 1));
-  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096), {{"m", spin_mesh}}));
+  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096, absl::Seconds(3)), {{"m", spin_mesh}}));
   ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(spin_mesh, {1}, DType::kI32));
   const int32_t zero = 0;
   ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
@@ -651,7 +655,7 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
 }
 
 // Tests that an island whose accelerator is wedged by a kernel with no
-// deadline (about 25 s of work) still ends on SIGTERM within 5 s (it
+// deadline (about a minute of work) still ends on SIGTERM within 5 s (it
 // quarantines the accelerator after 2 s and abandons it a second later,
 // naming it on stderr), and that its controller is told.
 TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
@@ -662,7 +666,7 @@ TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
   std::unique_ptr<IslandProcess> island = *std::move(started);
   ASSERT_OK_AND_ASSIGN(auto spinner, Controller::Connect({island->address()}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, spinner->AllocateMesh(0, {1}));
-  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(65535), {{"m", mesh}}));
+  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096, absl::Seconds(60)), {{"m", mesh}}));
   ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(mesh, {1}, DType::kI32));
   const int32_t zero = 0;
   ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
