@@ -37,6 +37,10 @@ struct AbandonedAccelerator {
 ABSL_CONST_INIT absl::Mutex g_abandoned_mu(absl::kConstInit);
 std::vector<AbandonedAccelerator*>* g_abandoned ABSL_GUARDED_BY(g_abandoned_mu) = nullptr;
 
+// Every accelerator of the process, for ForEachAccelerator.
+ABSL_CONST_INIT absl::Mutex g_registry_mu(absl::kConstInit);
+std::vector<Accelerator*>* g_registry ABSL_GUARDED_BY(g_registry_mu) = nullptr;
+
 // How long the completion thread sleeps in one device wait before it looks
 // at the shutdown flag again.
 constexpr uint64_t kCompletionPollNs = 200'000'000;
@@ -95,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   {
     absl::MutexLock lock(&self->ring_mu_);
     self->slots_.resize(options.ring_capacity);
+    self->progress_at_ = absl::Now();
   }
 
   VkSemaphoreTypeCreateInfo type{VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO};
@@ -140,10 +145,25 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   // A clock that cannot be placed leaves device times on their own clock in
   // traces; nothing else depends on it.
   (void)self->CalibrateClock();
+  {
+    absl::MutexLock lock(&g_registry_mu);
+    if (g_registry == nullptr) g_registry = new std::vector<Accelerator*>;
+    g_registry->push_back(self.get());
+  }
   return self;
 }
 
+void ForEachAccelerator(const std::function<void(Accelerator&)>& fn) {
+  absl::MutexLock lock(&g_registry_mu);
+  if (g_registry == nullptr) return;
+  for (Accelerator* a : *g_registry) fn(*a);
+}
+
 Accelerator::~Accelerator() {
+  {
+    absl::MutexLock lock(&g_registry_mu);
+    if (g_registry != nullptr) std::erase(*g_registry, this);
+  }
   (void)Flush(absl::Now() + absl::Seconds(30));
   StopCopyEngine();
   ReleaseWaits();
@@ -352,6 +372,36 @@ size_t Accelerator::in_flight() const {
   absl::MutexLock lock(&ring_mu_);
   return next_value_ - retired_value_;
 }
+
+std::optional<WorkInFlight> Accelerator::OldestInFlight() const {
+  // Work done on the device is finished even if nobody has retired it yet
+  // (retirement waits for someone to want the result).
+  uint64_t reached = 0;
+  vkGetSemaphoreCounterValue(device_->handle(), timeline_, &reached);
+  absl::MutexLock lock(&ring_mu_);
+  const absl::Time now = absl::Now();
+  const uint64_t done = std::max(retired_value_, std::min(reached, submitted_through_));
+  if (done > progress_value_) {
+    progress_value_ = done;
+    progress_at_ = now;
+  }
+  const uint64_t head = done + 1;
+  if (!health_.ok() || head > next_value_) return std::nullopt;
+  const Slot& slot = slots_[head % capacity_];
+  WorkInFlight work;
+  work.value = head;
+  // A slot still being filled by its submitter has no list yet.
+  work.what = slot.list == nullptr ? "a submission being made" : WhatOf(slot);
+  work.in_flight = next_value_ - done;
+  work.since_submit = slot.list == nullptr ? absl::ZeroDuration() : now - slot.submitted_at;
+  work.since_progress = now - progress_at_;
+  return work;
+}
+
+std::string Accelerator::WhatOf(const Slot& slot) {
+  if (!slot.what.empty()) return slot.what;
+  return absl::StrCat("'", slot.list == nullptr ? "?" : slot.list->label(), "'");
+}
 void Accelerator::AwaitRingFullForTesting(uint64_t n) const {
   absl::MutexLock lock(&ring_mu_);
   auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ring_mu_) { return ring_full_waits_ >= n; };
@@ -420,10 +470,9 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         slot->on_device_time = std::move(options.on_device_time);
         slot->on_device_start = std::move(options.on_device_start);
         slot->hold_limit = options.hold_limit;
-        if (options.hold_limit != absl::InfiniteDuration()) {
-          ++limited_in_flight_;
-          slot->what = options.what.empty() ? absl::StrCat("'", list->label(), "'") : std::move(options.what);
-        }
+        if (options.hold_limit != absl::InfiniteDuration()) ++limited_in_flight_;
+        slot->what = std::move(options.what);
+        slot->submitted_at = absl::Now();
         slot->inputs.assign(waits.begin(), waits.end());
         break;
       }
@@ -780,7 +829,7 @@ absl::Duration Accelerator::CheckHold() {
     held = now - hold_since_;
     if (held <= slot.hold_limit) return slot.hold_limit - held;
     culprit = head;
-    what = slot.what;
+    what = WhatOf(slot);
     limit = slot.hold_limit;
   }
   const std::string times = absl::StrCat(FormatSeconds(held), ", past its limit of ", FormatSeconds(limit));
@@ -917,6 +966,10 @@ void Accelerator::Retire() {
       if (s.hold_limit != absl::InfiniteDuration()) --limited_in_flight_;
       s = Slot();
       retired_value_ = slot.value;  // frees the slot for the next submitter
+      if (retired_value_ > progress_value_) {
+        progress_value_ = retired_value_;
+        progress_at_ = absl::Now();
+      }
       wanted_.erase(wanted_.begin(), wanted_.upper_bound(retired_value_));
     }
     slot.promise->Set(status);

@@ -98,9 +98,22 @@ struct SubmitOptions {
   // completion thread, which looks every kHoldPoll while such a submission
   // is the oldest. Infinite: no limit.
   absl::Duration hold_limit = absl::InfiniteDuration();
-  // What the submission is, for those messages ("gang call 'spin' of
-  // program 'p' (kernel 'spin')"); the list's label when empty.
+  // What the submission is, for those messages and for reports of what an
+  // accelerator is running (the watchdog, a command stopped by a signal):
+  // "gang call 'spin' (kernel 'spin') of program 'p'". The list's label when
+  // empty.
   std::string what;
+};
+
+// An accelerator's oldest unfinished submission (Accelerator::OldestInFlight).
+struct WorkInFlight {
+  uint64_t value = 0;           // its timeline value
+  std::string what;             // SubmitOptions::what
+  size_t in_flight = 0;         // unfinished submissions, this one included
+  absl::Duration since_submit;  // how long ago it was submitted
+  // Since the accelerator was last seen to finish a submission (retired, or
+  // done on the device by its timeline), or was made.
+  absl::Duration since_progress;
 };
 
 // Test hooks to make real failures happen on purpose.
@@ -120,6 +133,13 @@ struct FaultInjection {
 // the device may still be running work that static destructors would pull
 // from under it.
 int AbandonedAccelerators();
+
+class Accelerator;
+// Calls `fn` for every accelerator of this process that exists now, in the
+// order they were made, holding the registry: `fn` must not make or destroy
+// accelerators. For reports that have no runtime at hand (a command stopped
+// by a signal).
+void ForEachAccelerator(const std::function<void(Accelerator&)>& fn);
 
 class Accelerator final : public TimelineDriver {
  public:
@@ -221,6 +241,10 @@ class Accelerator final : public TimelineDriver {
   uint64_t submitted_value() const;  // the last timeline value handed out
   uint64_t retired_value() const;    // the last timeline value retired
   size_t in_flight() const;
+  // The oldest submission the device has not finished (one that is done but
+  // not yet retired counts as finished); nullopt when there is none, or the
+  // accelerator has failed (its work failed with it).
+  std::optional<WorkInFlight> OldestInFlight() const ABSL_LOCKS_EXCLUDED(ring_mu_);
   // A test hook: blocks until Submit has found the ring full `n` times in all
   // (each time, the submitting thread then waits for the oldest slot).
   void AwaitRingFullForTesting(uint64_t n) const;
@@ -262,6 +286,7 @@ class Accelerator final : public TimelineDriver {
     std::function<void(int64_t)> on_device_start;
     absl::Duration hold_limit = absl::InfiniteDuration();
     std::string what;
+    absl::Time submitted_at;
   };
   // Waits on host futures: gate values are handed out in submission order and
   // the gate semaphore is raised to the highest value below which every host
@@ -278,6 +303,8 @@ class Accelerator final : public TimelineDriver {
     void Resolve(uint64_t value);
     ~HostGate();
   };
+  // SubmitOptions::what of a slot, or its list's label.
+  static std::string WhatOf(const Slot& slot);
   // A gate value that is reached once `host_future` resolves.
   absl::StatusOr<uint64_t> AddHostGate(const Future<>& host_future);
 
@@ -353,6 +380,10 @@ class Accelerator final : public TimelineDriver {
   std::vector<Slot> slots_ ABSL_GUARDED_BY(ring_mu_);
   uint64_t next_value_ ABSL_GUARDED_BY(ring_mu_) = 0;     // last value handed out
   uint64_t retired_value_ ABSL_GUARDED_BY(ring_mu_) = 0;  // last value retired
+  // The highest value seen finished (retired, or reached by the timeline
+  // when OldestInFlight looked), and when it was first seen.
+  mutable uint64_t progress_value_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  mutable absl::Time progress_at_ ABSL_GUARDED_BY(ring_mu_);
   uint64_t submitted_through_ ABSL_GUARDED_BY(ring_mu_) = 0;
   // How many times Submit found the ring full (AwaitRingFullForTesting).
   uint64_t ring_full_waits_ ABSL_GUARDED_BY(ring_mu_) = 0;

@@ -192,6 +192,10 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
 }
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& options) {
+  if (options.watchdog <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the watchdog's period must be > 0, got ", absl::FormatDuration(options.watchdog)));
+  }
   std::unique_ptr<Runtime> rt(new Runtime());
   InstanceOptions instance_options;
   instance_options.validation = options.validation;
@@ -235,6 +239,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& o
       for (ImportCache* c : peers) c->Drop(id);
     });
   }
+  if (options.watchdog != absl::InfiniteDuration()) {
+    rt->watchdog_ = std::make_unique<Watchdog>(rt->accelerators(), options.watchdog);
+  }
   return rt;
 }
 
@@ -249,6 +256,7 @@ Runtime::~Runtime() {
   // accelerator goes, and drop the imports while every pool is still there.
   for (auto& a : accelerators_) a->device_pool().ClearBlockFreedListeners();
   for (auto& a : accelerators_) a->imports_for_peers()->Clear();
+  watchdog_.reset();
   accelerators_.clear();
 }
 

@@ -20,6 +20,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/device.h"
 #include "runtime/instance.h"
+#include "runtime/watchdog.h"
 
 namespace causeway {
 
@@ -57,6 +58,10 @@ struct RuntimeOptions {
   bool use_push_descriptors = true;   // off: descriptor sets
   bool use_external_memory = true;    // off: copies between VkDevices go through the host
   std::string pipeline_cache_dir;     // see DeviceOptions
+  // The watchdog (watchdog.h): a line on stderr and in the trace for each
+  // accelerator that has had work in flight and finished nothing for this
+  // long. Infinite: no watchdog.
+  absl::Duration watchdog = absl::Seconds(10);
 };
 
 // What Create would make, without making it: for `causeway devices`.
@@ -89,6 +94,7 @@ class Runtime {
   std::shared_ptr<Instance> instance_;
   RuntimePlan plan_;
   std::vector<std::unique_ptr<Accelerator>> accelerators_;
+  std::unique_ptr<Watchdog> watchdog_;  // over accelerators_; goes first
 };
 
 // Picks a physical device by selector (see RuntimeOptions::device).

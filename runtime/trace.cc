@@ -175,9 +175,11 @@ void AppendEvent(std::string* out, const TraceEvent& e) {
       }
       break;
     case TraceEvent::kInstant:
-      absl::StrAppend(out, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"gang\",\"name\":", JsonQuote(e.name),
-                      ",\"pid\":", kHostPid, ",\"tid\":", e.track, ",\"ts\":", Micros(e.begin_ns),
-                      ",\"args\":", args(""), "},\n");
+      // Gang calls are "gang"; other instants (the watchdog's) are "host".
+      absl::StrAppend(out,
+                      "{\"ph\":\"i\",\"s\":\"t\",\"cat\":", e.name == "gang call" ? "\"gang\"" : "\"host\"",
+                      ",\"name\":", JsonQuote(e.name), ",\"pid\":", kHostPid, ",\"tid\":", e.track,
+                      ",\"ts\":", Micros(e.begin_ns), ",\"args\":", args(""), "},\n");
       break;
     case TraceEvent::kCounter:
       absl::StrAppend(out, "{\"ph\":\"C\",\"name\":", JsonQuote(e.name), ",\"pid\":",

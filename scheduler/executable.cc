@@ -136,7 +136,8 @@ absl::Status RunCompletion::Await(absl::Time deadline) const {
   return absl::OkStatus();
 }
 
-Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances)
+Executable::Executable(std::shared_ptr<const Program> program, ClientId client, int instances,
+                       std::string client_name)
     : program_(std::move(program)), client_(client), max_instances_(std::max(1, instances)) {
   // One submission per device for each run of steps on the same mesh: on
   // lavapipe a submission costs ten times a dispatch inside a list. A step
@@ -184,6 +185,11 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
     }
   }
   costs_ = std::make_shared<GangCallCosts>(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    submit_what_.push_back(client_name.empty()
+                               ? DescribeGangCall(g)
+                               : absl::StrCat(DescribeGangCall(g), " for client '", client_name, "'"));
+  }
 }
 
 bool Executable::ProducedIn(size_t first, size_t s, int v) const {
@@ -614,7 +620,9 @@ absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, si
     if (const absl::Duration limit = run.deadline_; limit != absl::InfiniteDuration()) {
       // No submission of the run may hold a device longer than the whole run may take.
       submit.hold_limit = limit;
-      submit.what = absl::StrCat(DescribeGangCall(g), ", under a deadline of ", FormatSeconds(limit));
+      submit.what = absl::StrCat(submit_what_[g], ", under a deadline of ", FormatSeconds(limit));
+    } else {
+      submit.what = submit_what_[g];
     }
     Future<> f = acc->Submit(list, waits, std::move(submit));
     if (commands != nullptr) commands->push_back(static_cast<int>(list->size()));

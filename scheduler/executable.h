@@ -162,7 +162,9 @@ class RunState {
 // Thread-safe. Made by Client::Load.
 class Executable : public std::enable_shared_from_this<Executable> {
  public:
-  Executable(std::shared_ptr<const Program> program, ClientId client, int instances);
+  // `client_name` names the client in reports of what a device is running.
+  Executable(std::shared_ptr<const Program> program, ClientId client, int instances,
+             std::string client_name = "");
   ~Executable();
 
   const Program& program() const { return *program_; }
@@ -233,6 +235,8 @@ class Executable : public std::enable_shared_from_this<Executable> {
   ClientId client_;
   int max_instances_;
   std::vector<std::pair<size_t, size_t>> groups_;  // [first, last) step of each gang call
+  // Per gang call, what its submissions are (SubmitOptions::what), made once.
+  std::vector<std::string> submit_what_;
   std::vector<std::vector<int>> external_inputs_;  // per gang call: values produced outside it
   // [step][device]: a transfer whose bytes the device's copy engine moves
   // before its gang call (Accelerator::UsesCopyEngine, decided at load),

@@ -92,7 +92,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const P
                                                         " was released"));
     }
   }
-  auto exe = std::make_shared<Executable>(std::move(program), id_, island_->options().runs_in_flight);
+  auto exe = std::make_shared<Executable>(std::move(program), id_, island_->options().runs_in_flight, name_);
   absl::MutexLock lock(&mu_);
   executables_.push_back(exe);
   return exe;

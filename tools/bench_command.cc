@@ -64,6 +64,7 @@
 #include "runtime/seconds.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/interrupt.h"
 
 extern char** environ;
 
@@ -282,10 +283,25 @@ absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::strin
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child starts with no signal blocked: this process blocks the stop
+  // signals (interrupt.h), and a child that inherited that could not be
+  // stopped.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   if (rc != 0) return absl::NotFoundError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+  // Stopped by a signal, bench stops what it runs.
+  SetInterruptHook([pid] { kill(pid, SIGTERM); });
+  struct ClearHook {
+    ~ClearHook() { SetInterruptHook(nullptr); }
+  } clear_hook;
   int status = 0;
   const absl::Time start = absl::Now();
   std::optional<int> stopped_with;  // the signal sent past the deadline

@@ -12,6 +12,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/trace.h"
 #include "tools/commands.h"
+#include "tools/interrupt.h"
 
 namespace {
 
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands) {
     if (name != c.name) continue;
+    // island and launch stop on signals in their own way (their --help).
+    if (name != "island" && name != "launch") causeway::cli::StopOnSignals(name);
     const int code = c.run(args);
     if (causeway::AbandonedAccelerators() > 0) {
       // A device still runs work it was given (the line above said which):

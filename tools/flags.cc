@@ -127,6 +127,11 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
        true},
       {"copy-engine",
        "move copies of this size or more off the queues, e.g. 4MiB, or off (env CAUSEWAY_COPY_ENGINE)", ""},
+      {"watchdog",
+       "report an accelerator on stderr and in the trace when it has had work in flight and finished none "
+       "for "
+       "this long, e.g. 10s, or off",
+       "10s"},
   };
 }
 
@@ -150,6 +155,11 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   o.validation = flags.Bool("validation");
   o.use_external_memory = flags.Bool("external-memory");
   o.copy_engine = flags.Get("copy-engine");
+  if (flags.Get("watchdog") == "off") {
+    o.watchdog = absl::InfiniteDuration();
+  } else {
+    ASSIGN_OR_RETURN(o.watchdog, flags.Duration("watchdog"));
+  }
   return o;
 }
 

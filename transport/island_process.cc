@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
     // An island must not outlive a parent that crashed or was killed (its
     // destructor never ran): it dies with the thread that started it.
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
+    // No signal blocked: the parent may block its stop signals for a thread
+    // that waits for them (causeway's commands do).
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);

@@ -7,6 +7,8 @@
 // the causeway binary runs a file, writes its outputs and fails on a bad one.
 #include "tools/program_file.h"
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -757,13 +759,10 @@ inputs { value: "a" fill: 1 }
   EXPECT_THAT(r.err, HasSubstr("PhysicalStorageBufferAddresses"));
 }
 
-// Tests that `causeway run --deadline 1s` on a kernel that would run for
-// minutes fails the run naming the kernel and its accelerator, quarantines
-// the accelerator, and leaves within seconds (the device still running it is
-// abandoned, and says so) instead of waiting the kernel out.
-TEST(RunCommandTest, DeadlineEndsAKernelThatWouldRunForMinutes) {
-  const fs::path dir = FreshDir("cli_deadline");
-  // 65535 workgroups of 60000 rounds: minutes on any CPU.
+// Writes spin.textproto (program 'forever': gang call 'spin' of kernel
+// 'spin') and its shader into `dir`: 65535 workgroups of 60000 rounds of
+// integer mixing, far more than minutes on any CPU.
+void WriteForeverProgram(const fs::path& dir) {
   WriteFile(dir / "spin.comp", R"(#version 450
 layout(local_size_x = 1) in;
 layout(set = 0, binding = 0) readonly buffer In { uint in_v[]; };
@@ -771,7 +770,12 @@ layout(set = 0, binding = 1) writeonly buffer Out { uint out_v[]; };
 void main() {
   uint x = in_v[0] + gl_WorkGroupID.x;
   for (uint i = 0u; i < 60000u; ++i) {
-    for (uint j = 0u; j < 64u; ++j) x = x * 1664525u + 1013904223u;
+    // Not an affine recurrence, which a compiler folds into a closed form.
+    for (uint j = 0u; j < 64u; ++j) {
+      x ^= x >> 13;
+      x *= 0x5bd1e995u;
+      x ^= x >> 15;
+    }
   }
   out_v[gl_WorkGroupID.x & 3u] = x;
 }
@@ -793,6 +797,15 @@ void main() {
 }
 inputs { value: "a" fill: 1 }
 )");
+}
+
+// Tests that `causeway run --deadline 1s` on a kernel that would run for
+// minutes fails the run naming the kernel and its accelerator, quarantines
+// the accelerator, and leaves within seconds (the device still running it is
+// abandoned, and says so) instead of waiting the kernel out.
+TEST(RunCommandTest, DeadlineEndsAKernelThatWouldRunForMinutes) {
+  const fs::path dir = FreshDir("cli_deadline");
+  WriteForeverProgram(dir);
   const absl::Time start = absl::Now();
   Ran r = Cli(absl::StrCat("run ", (dir / "spin.textproto").string(), " --deadline 1s ",
                            ::causeway::testing::DeviceFlag()),
@@ -813,6 +826,74 @@ inputs { value: "a" fill: 1 }
   Ran bad = Cli(absl::StrCat("run ", (dir / "spin.textproto").string(), " --deadline soon"), dir);
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--deadline wants a duration such as 30s, 500ms or 1h30m, got 'soon'"));
+}
+
+// Tests that SIGINT ends `causeway run` on a kernel that would run for
+// minutes within 2 s, with exit code 130 and a line naming what was running.
+// The watchdog (after 300 ms) says when the kernel is stuck on its
+// accelerator: then the signal is sent.
+TEST(RunCommandTest, SigintEndsALongKernelWithin2s) {
+  const fs::path dir = FreshDir("cli_sigint");
+  WriteForeverProgram(dir);
+  int err[2];
+  ASSERT_EQ(pipe(err), 0);
+  const std::string command =
+      absl::StrCat("exec ", ::causeway::testing::CliPath(), " run ", (dir / "spin.textproto").string(),
+                   " --watchdog=300ms ", ::causeway::testing::DeviceFlag(), " >/dev/null");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(err[1], 2);
+    close(err[0]);
+    close(err[1]);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err[1]);
+  // Reads the child's stderr until `want` shows or `limit` passes.
+  std::string text;
+  auto read_until = [&](absl::string_view want, absl::Duration limit) {
+    const absl::Time until = absl::Now() + limit;
+    while (!absl::StrContains(text, want) && absl::Now() < until) {
+      pollfd pfd{err[0], POLLIN, 0};
+      if (poll(&pfd, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(err[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    return absl::StrContains(text, want);
+  };
+  // Start-up compiles pipelines: a minute is ample even under TSan.
+  const bool stuck =
+      read_until("of program 'forever' for client 'client-0', in flight for", absl::Seconds(60));
+  EXPECT_TRUE(stuck) << text;
+  const absl::Time signalled = absl::Now();
+  kill(pid, SIGINT);
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - signalled < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const absl::Duration took = absl::Now() - signalled;
+  if (reaped == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  read_until("\n\n", absl::Seconds(1));  // the rest, up to the pipe's end
+  close(err[0]);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << text;
+  EXPECT_THAT(text, HasSubstr("has finished nothing for"));
+  EXPECT_THAT(text, HasSubstr("causeway run: stopped by Interrupt; work in flight, abandoned:\n"
+                              "  accelerator 0 ("));
+  EXPECT_THAT(text, HasSubstr("gang call 'spin' (kernel 'spin') of program 'forever' for client 'client-0', "
+                              "in flight for "));
+  // The command leaves at most 1.5 s after the signal by construction
+  // (tools/interrupt.cc), without waiting for the device; the rest is the
+  // kernel ending the process, which under ASan or TSan on a loaded machine
+  // is well under a second.
+  EXPECT_LT(took, absl::Seconds(2)) << text;
 }
 
 // Tests that an expectation not met exits 1 naming the output.
