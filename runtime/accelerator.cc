@@ -228,6 +228,31 @@ Accelerator::~Accelerator() {
   }
 }
 
+void Accelerator::ReleaseFailedWork() {
+  uint64_t last;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    if (health_.ok() || lost_lists_.empty()) return;
+    last = next_value_;
+  }
+  VkSemaphoreWaitInfo wait{VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO};
+  wait.semaphoreCount = 1;
+  wait.pSemaphores = &timeline_;
+  wait.pValues = &last;
+  const VkResult drained =
+      vkWaitSemaphores(device_->handle(), &wait, absl::ToInt64Nanoseconds(kAbandonAfter));
+  if (drained == VK_TIMEOUT) return;  // still running: kept, and abandoned at destruction
+  {
+    absl::MutexLock queue_lock(queue_mu_);
+    vkQueueWaitIdle(queue_);
+  }
+  std::vector<std::shared_ptr<CommandList>> lists;
+  {
+    absl::MutexLock lock(&ring_mu_);
+    lists.swap(lost_lists_);
+  }
+}
+
 void Accelerator::Abandon() {
   absl::Status health;
   size_t lists;

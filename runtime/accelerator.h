@@ -258,6 +258,13 @@ class Accelerator final : public TimelineDriver {
   // may still be running it; its lists are kept until the device is idle)
   // and so does every later one. Idempotent (the first reason stays).
   void Quarantine(absl::string_view why);
+  // After a failure, the recordings the failed work may still be running on
+  // the device are kept, with the buffers they bind, some of them other
+  // accelerators'. Once the queue has drained (waiting at most
+  // kAbandonAfter; past that the accelerator is abandoned at destruction),
+  // this drops them. The Runtime calls it for every accelerator before it
+  // destroys any, so no buffer outlives its own VkDevice. No-op when healthy.
+  void ReleaseFailedWork() ABSL_LOCKS_EXCLUDED(ring_mu_);
   // How often the completion thread looks at a submission with a hold limit.
   static constexpr absl::Duration kHoldPoll = absl::Milliseconds(20);
   // At destruction, how long a quarantined accelerator's queue may take to

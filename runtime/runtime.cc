@@ -252,6 +252,10 @@ Runtime::~Runtime() {
   // Copy engines wait on peers' work and hold peers' buffers: stop them all
   // while every accelerator is still there.
   for (auto& a : accelerators_) a->StopCopyEngine();
+  // A failed accelerator keeps the recordings of its failed work until its
+  // queue drains, and they may bind peers' buffers: drop them all while
+  // every accelerator is still there.
+  for (auto& a : accelerators_) a->ReleaseFailedWork();
   // Listeners point at peers' import caches: unhook them all before any
   // accelerator goes, and drop the imports while every pool is still there.
   for (auto& a : accelerators_) a->device_pool().ClearBlockFreedListeners();

@@ -7,6 +7,7 @@
 // budget bytes, sessions.
 #include "runtime/fault_injection.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -89,12 +90,12 @@ std::unique_ptr<Islands> StartIslands() {
 // island b, where u = t w and out = all-reduce(u) over b's two devices (u
 // is replicated there, so out = 2 t w). Kernels, a transfer over DCN and a
 // collective over ICI.
-absl::StatusOr<ProgramDef> WalkProgram() {
-  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kRows / 2, kCols}));
-  ASSIGN_OR_RETURN(auto half, Function::Scale({kRows / 2, kCols}, 0.5f));
+absl::StatusOr<ProgramDef> WalkProgram(int devices = 2) {
+  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kRows / devices, kCols}));
+  ASSIGN_OR_RETURN(auto half, Function::Scale({kRows / devices, kCols}, 0.5f));
   ASSIGN_OR_RETURN(auto mm, Function::Matmul(kRows, kCols, kCols));
   ProgramDefBuilder b("walk");
-  b.Mesh("a", {2}).Mesh("b", {2});
+  b.Mesh("a", {devices}).Mesh("b", {devices});
   b.Parameter("x", "a", {kRows, kCols}, DType::kF32, Sharding::Split(0));
   b.Parameter("y", "a", {kRows, kCols}, DType::kF32, Sharding::Split(0));
   b.Parameter("w", "b", {kCols, kCols});
@@ -107,25 +108,25 @@ absl::StatusOr<ProgramDef> WalkProgram() {
 }
 
 std::vector<float> WalkReference(const std::vector<float>& x, const std::vector<float>& y,
-                                 const std::vector<float>& w) {
+                                 const std::vector<float>& w, int devices) {
   std::vector<float> t(x.size());
   for (size_t i = 0; i < t.size(); ++i) t[i] = (x[i] + y[i]) * 0.5f;
   std::vector<float> u = reference::Matmul(t, w, kRows, kCols, kCols);
-  for (float& v : u) v *= 2;
+  for (float& v : u) v *= static_cast<float>(devices);
   return u;
 }
 
 // One controller's whole life: connect, allocate, load, upload, two runs in
 // flight at once, download and check both, disconnect. The first error, or
-// OK once both results match the CPU.
-absl::Status RunEpisode(const Islands& islands, const ProgramDef& def, int seed) {
+// OK once both results match the CPU. `devices`: per mesh, as `def` was made.
+absl::Status RunEpisode(const Islands& islands, const ProgramDef& def, int seed, int devices = 2) {
   ControllerOptions options;
   options.connection = QuietConnections();
   options.call_timeout = kWait;
   ASSIGN_OR_RETURN(auto c, Controller::Connect({islands.a->address().ToString(), islands.b->address().ToString()},
                                                options));
-  ASSIGN_OR_RETURN(RemoteMesh ma, c->AllocateMesh(0, {2}));
-  ASSIGN_OR_RETURN(RemoteMesh mb, c->AllocateMesh(1, {2}));
+  ASSIGN_OR_RETURN(RemoteMesh ma, c->AllocateMesh(0, {devices}));
+  ASSIGN_OR_RETURN(RemoteMesh mb, c->AllocateMesh(1, {devices}));
   ASSIGN_OR_RETURN(auto program, c->Load(def, {{"a", ma}, {"b", mb}}));
   ASSIGN_OR_RETURN(RemoteArray w, c->CreateArray(mb, {kCols, kCols}, DType::kF32));
   const std::vector<float> wh = RandomFloats(kCols * kCols, seed);
@@ -143,7 +144,7 @@ absl::Status RunEpisode(const Islands& islands, const ProgramDef& def, int seed)
     RETURN_IF_ERROR(c->Upload(x, xh.data(), xh.size() * 4));
     RETURN_IF_ERROR(c->Upload(y, yh.data(), yh.size() * 4));
     ASSIGN_OR_RETURN(RemoteRun run, c->Execute(program, {x, y, w}));
-    runs.push_back({WalkReference(xh, yh, wh), std::move(run)});
+    runs.push_back({WalkReference(xh, yh, wh, devices), std::move(run)});
   }
   for (Run& r : runs) {
     RETURN_IF_ERROR(r.run.done.AwaitStatus(absl::Now() + kWait));
@@ -231,12 +232,85 @@ TEST(FaultInjectionTest, ArmsTheNthCallAtOnePoint) {
   ASSERT_OK(ArmFaultFromString(""));
 }
 
+// Tests the device-wait fault point over the same program: the Nth wait on
+// a device, on whichever accelerator makes it, reports the device lost. A
+// lost accelerator is out of service for good, so each N gets islands of its
+// own (at most 12 Ns, spread over the episode's count: a pair of islands
+// costs a second or more). The controller sees the loss as Unavailable
+// naming the accelerator, or nothing when the loss came after the episode's
+// last result; never a hang or a wrong result; that accelerator alone is out
+// of service; and the next controller is served on the rest of the islands
+// (meshes of one device, which avoid the lost one).
+TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingElse) {
+  ASSERT_OK_AND_ASSIGN(ProgramDef def, WalkProgram());
+  ASSERT_OK_AND_ASSIGN(ProgramDef small, WalkProgram(1));
+  // The count, on islands warmed as every N's are.
+  int64_t calls = 0;
+  {
+    auto islands = StartIslands();
+    ASSERT_NE(islands, nullptr);
+    ASSERT_OK(RunEpisode(*islands, def, 1));
+    CountFaultPoints();
+    ASSERT_OK(RunEpisode(*islands, def, 1));
+    calls = FaultPointCalls(FaultPoint::kDeviceWait);
+    DisarmFaults();
+  }
+  ASSERT_GT(calls, 0);
+  constexpr int64_t kMostNs = 12;
+  std::vector<int64_t> ns;
+  for (int64_t i = 0; i < std::min(calls, kMostNs); ++i) {
+    ns.push_back(calls <= kMostNs ? i + 1 : 1 + i * (calls - 1) / (kMostNs - 1));
+  }
+  int injected = 0, failed = 0;
+  for (int64_t n : ns) {
+    SCOPED_TRACE(absl::StrCat("device wait ", n, " of ", calls));
+    auto islands = StartIslands();
+    ASSERT_NE(islands, nullptr);
+    ASSERT_OK(RunEpisode(*islands, def, 1));
+    ArmFault(FaultPoint::kDeviceWait, n);
+    const absl::Status status = RunEpisode(*islands, def, static_cast<int>(10 + n));
+    const bool hit = FaultInjected();
+    DisarmFaults();
+    EXPECT_FALSE(absl::IsDeadlineExceeded(status)) << status;
+    EXPECT_THAT(std::string(status.message()), ::testing::Not(HasSubstr("wrong result")));
+    if (!hit) {
+      EXPECT_OK(status);
+      continue;
+    }
+    ++injected;
+    std::vector<std::string> lost;
+    for (Accelerator* acc : islands->accelerators()) {
+      if (absl::Status health = acc->health(); !health.ok()) {
+        lost.push_back(std::string(health.message()));
+        EXPECT_THAT(lost.back(), HasSubstr(absl::StrCat(acc->name(), " is lost: ")));
+        EXPECT_THAT(lost.back(), HasSubstr("VK_ERROR_DEVICE_LOST"));
+      }
+    }
+    EXPECT_EQ(lost.size(), 1u) << absl::StrJoin(lost, "; ");
+    if (!status.ok()) {
+      ++failed;
+      EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+      EXPECT_THAT(std::string(status.message()), HasSubstr(" is lost: ")) << status;
+    }
+    const absl::Status next = RunEpisode(*islands, small, 2, 1);
+    EXPECT_TRUE(next.ok()) << next << "; after the loss: " << status;
+    if (::testing::Test::HasFailure()) return;
+  }
+  std::printf(
+      "device wait: %zu of %lld points walked, %d faults injected, %d reached the controller as errors\n",
+      ns.size(), static_cast<long long>(calls), injected, failed);
+  // Waits are sliced by time, so how many an episode makes varies a little:
+  // most of the Ns walked are reached, and most losses fail the episode.
+  EXPECT_GT(injected, static_cast<int>(ns.size()) / 2);
+  EXPECT_GT(failed, injected / 2);
+}
+
 // Tests every fault point of the program, one at a time: the Nth
 // allocation, submission, send and receive for every N the program reaches.
 TEST(FaultInjectionTest, EveryFaultPointOfAProgramOverTwoIslands) {
   // A lost device (kDeviceWait) quarantines its accelerator for good, so the
   // islands could not serve the next controller in full after it: that point
-  // is tested on its own (deadline_test.cc).
+  // is walked on islands of its own (the test above).
   constexpr int kWalkedPoints = static_cast<int>(FaultPoint::kDeviceWait);
   auto islands = StartIslands();
   ASSERT_NE(islands, nullptr);
