@@ -1,9 +1,11 @@
 // Tests of `causeway bench` (tools/bench_command.cc) and of the benchmarks'
 // JSON results (benchmarks/bench_report.h). The suites run in quick mode, so
 // their figures only show that they were measured, not what they are.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -266,6 +268,69 @@ TEST(BenchCommandTest, SuitePastItsDeadlineIsStopped) {
   Ran bad = RunShell(absl::StrCat(Cli(), " bench --deadline=soon"), dir);
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--deadline wants a duration"));
+}
+
+// The pid of a running process whose command line holds `needle`; 0 if none.
+pid_t FindProcess(const std::string& needle) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    const std::string stat = ReadFile(entry.path() / "stat");
+    const size_t paren = stat.rfind(')');
+    const bool zombie = paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+    if (!zombie && absl::StrContains(cmdline, needle)) return static_cast<pid_t>(std::stoi(name));
+  }
+  return 0;
+}
+
+// Tests that SIGINT stops `causeway bench` within 2 s with exit code 130,
+// and that the suite binary it was running is stopped too.
+TEST(BenchCommandTest, SigintStopsTheBenchAndItsSuite) {
+  fs::path dir = FreshDir("sigint");
+  fs::path out = dir / "out";
+  const std::string command =
+      absl::StrCat("exec ", Cli(), " bench --only dispatch --out ", out.string(), " >",
+                   (dir / "stdout.txt").string(), " 2>", (dir / "stderr.txt").string());
+  const pid_t bench = fork();
+  ASSERT_GE(bench, 0);
+  if (bench == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The suite has started once a process runs with this run's output path.
+  const std::string needle = absl::StrCat("--json=", (out / "raw").string());
+  pid_t suite = 0;
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while ((suite = FindProcess(needle)) == 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_NE(suite, 0) << "the suite never started";
+  const absl::Time signalled = absl::Now();
+  kill(bench, SIGINT);
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = waitpid(bench, &status, WNOHANG)) == 0 && absl::Now() - signalled < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const absl::Duration took = absl::Now() - signalled;
+  if (reaped == 0) {
+    kill(bench, SIGKILL);
+    waitpid(bench, &status, 0);
+  }
+  const std::string err = ReadFile(dir / "stderr.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << err;
+  EXPECT_THAT(err, HasSubstr("causeway bench: stopped by Interrupt; no accelerator had work in flight"));
+  // Leaving takes at most 1.5 s after the signal by construction
+  // (tools/interrupt.cc); the margin is for a loaded machine.
+  EXPECT_LT(took, absl::Seconds(2)) << err;
+  // The suite got SIGTERM from the bench as it left: it ends without
+  // writing its results (a suite left running would finish and write them).
+  const absl::Time gone_by = absl::Now() + absl::Seconds(60);
+  while (suite != 0 && FindProcess(needle) != 0 && absl::Now() < gone_by)
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(FindProcess(needle), 0) << "the suite outlived the bench";
+  EXPECT_FALSE(fs::exists(out / "raw" / "dispatch.json")) << "the suite ran to its end";
 }
 
 // Tests that without gnuplot the plots are skipped with a note, and nothing
