@@ -890,10 +890,12 @@ TEST(RunCommandTest, SigintEndsALongKernelWithin2s) {
   EXPECT_THAT(text, HasSubstr("gang call 'spin' (kernel 'spin') of program 'forever' for client 'client-0', "
                               "in flight for "));
   // The command leaves at most 1.5 s after the signal by construction
-  // (tools/interrupt.cc), without waiting for the device; the rest is the
-  // kernel ending the process, which under ASan or TSan on a loaded machine
-  // is well under a second.
-  EXPECT_LT(took, absl::Seconds(2)) << text;
+  // (tools/interrupt.cc), without waiting for the device, which would take
+  // far more than minutes. Under TSan at load 4 the signal thread's turn and
+  // the teardown of a process whose driver threads still spin took up to
+  // 3.4 s (seen): the bound is the 2 s promised plus the suite's slack for a
+  // loaded machine, and still tells a prompt exit from one that waited.
+  EXPECT_LT(took, absl::Seconds(2) + ::causeway::testing::kSchedulingSlack) << text;
 }
 
 // Tests that an expectation not met exits 1 naming the output.
