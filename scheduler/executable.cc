@@ -36,14 +36,14 @@ void RunCompletion::Finish(absl::Status status) {
   error_ = std::move(status);
 }
 
-void RunCompletion::Expire(absl::Status status) {
+void RunCompletion::Stop(absl::Status status) {
   absl::MutexLock lock(&mu_);
-  if (expired_.ok()) expired_ = std::move(status);
+  if (stopped_.ok()) stopped_ = std::move(status);
 }
 
-absl::Status RunCompletion::expired() const {
+absl::Status RunCompletion::stopped() const {
   absl::MutexLock lock(&mu_);
-  return expired_;
+  return stopped_;
 }
 
 bool RunCompletion::done() const {
@@ -74,21 +74,21 @@ void RunCompletion::AwaitWork() const {
 }
 
 absl::Status RunCompletion::Await(absl::Time deadline) const {
-  // The run's own deadline ends the wait too: the deadline watch then fails
-  // the run (Expire), naming what had not finished.
+  // The run's own deadline ends the wait too: the deadline watch then stops
+  // the run, naming what had not finished.
   const absl::Time until = std::min(deadline, deadline_);
   // Past the run's own deadline: the watch's verdict, unless the run has
   // ended meanwhile (its accelerator quarantined first, say: the watch then
   // leaves it be), when its own results stand. Neither tells this thread,
   // so it looks every few milliseconds, for as long as that takes.
-  auto expired_status = [this, deadline]() -> absl::Status {
+  auto stop_status = [this, deadline]() -> absl::Status {
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        auto expired = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !expired_.ok(); };
-        if (mu_.AwaitWithDeadline(absl::Condition(&expired),
+        auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !stopped_.ok(); };
+        if (mu_.AwaitWithDeadline(absl::Condition(&stopped),
                                   std::min(deadline, absl::Now() + absl::Milliseconds(5)))) {
-          return expired_;
+          return stopped_;
         }
         if (absl::Now() >= deadline) return absl::DeadlineExceededError("run not finished at the deadline");
         if (!dispatched_) continue;
@@ -106,29 +106,36 @@ absl::Status RunCompletion::Await(absl::Time deadline) const {
   bool past_own_deadline = false;
   {
     absl::MutexLock lock(&mu_);
-    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dispatched_ || !expired_.ok(); };
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return dispatched_ || !stopped_.ok(); };
     if (!mu_.AwaitWithDeadline(absl::Condition(&settled), until)) {
       if (until >= deadline) return absl::DeadlineExceededError("run not yet dispatched at the deadline");
       past_own_deadline = true;
     } else {
-      if (!expired_.ok()) return expired_;
+      if (!stopped_.ok()) return stopped_;
       if (!error_.ok()) return error_;
       futures = futures_;
     }
   }
-  if (past_own_deadline) return expired_status();
+  if (past_own_deadline) return stop_status();
   // The last futures first: awaiting them retires the earlier ones on the
-  // same accelerators in one go.
+  // same accelerators in one go. In slices: a Stop (a cancel) does not wake
+  // a device wait.
   std::vector<absl::Status> statuses(futures.size());
   for (size_t i = futures.size(); i-- > 0;) {
-    statuses[i] = futures[i].AwaitStatus(until);
-    if (absl::IsDeadlineExceeded(statuses[i]) && !futures[i].IsReady()) {
-      return until < deadline ? expired_status() : statuses[i];
+    while (true) {
+      const absl::Time slice = std::min(until, absl::Now() + kStopPoll);
+      absl::Status waited = futures[i].AwaitStatus(slice);
+      if (futures[i].IsReady()) {
+        statuses[i] = futures[i].AwaitStatus();
+        break;
+      }
+      if (absl::Status s = stopped(); !s.ok()) return s;
+      if (slice >= until) return until < deadline ? stop_status() : waited;
     }
   }
   {
     absl::MutexLock lock(&mu_);
-    if (!expired_.ok()) return expired_;
+    if (!stopped_.ok()) return stopped_;
   }
   for (const absl::Status& s : statuses) {
     if (!s.ok()) return s;

@@ -61,8 +61,9 @@ class RunCompletion {
  public:
   bool dispatched() const;
   std::vector<Future<>> futures() const;
-  // Blocks until dispatched and every future has finished, or the run's own
-  // deadline has passed (Expire); the first error in dispatch order.
+  // Blocks until dispatched and every future has finished, or the run is
+  // stopped (its deadline passed, or it was cancelled: Stop); the first error
+  // in dispatch order, or the stop's.
   absl::Status Await(absl::Time deadline = absl::InfiniteFuture()) const;
   // Blocks until dispatched and every future has resolved, whatever the
   // deadline (before the run's buffers are used again).
@@ -74,13 +75,15 @@ class RunCompletion {
   // The run's deadline (set before it is queued); InfiniteFuture: none.
   void set_deadline(absl::Time deadline) { deadline_ = deadline; }
   absl::Time deadline() const { return deadline_; }
-  // Fails the run with `status` (its deadline passed): Await returns it at
-  // once, and the scheduler dispatches none of its gang calls from then on.
-  // Work already on the devices runs on (Vulkan cannot take it back); what
-  // holds a device past the deadline is quarantined there (SubmitOptions::
-  // hold_limit). The first status stays.
-  void Expire(absl::Status status);
-  absl::Status expired() const;
+  // Fails the run with `status` (its deadline passed, or it was cancelled):
+  // Await returns it within kStopPoll, and the scheduler dispatches none of
+  // its gang calls from then on. Work already on the devices runs on (Vulkan
+  // cannot take it back); what holds a device past a deadline is quarantined
+  // there (SubmitOptions::hold_limit). The first status stays.
+  void Stop(absl::Status status);
+  absl::Status stopped() const;
+  // How soon a thread in Await sees a Stop while it waits on the devices.
+  static constexpr absl::Duration kStopPoll = absl::Milliseconds(50);
   // Whether dispatch is over and every future has resolved.
   bool done() const;
   // The first future not yet resolved, in dispatch order, and its gang call
@@ -92,7 +95,7 @@ class RunCompletion {
   absl::Time deadline_ = absl::InfiniteFuture();
   bool dispatched_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  absl::Status expired_ ABSL_GUARDED_BY(mu_);
+  absl::Status stopped_ ABSL_GUARDED_BY(mu_);
   std::vector<Future<>> futures_ ABSL_GUARDED_BY(mu_);
   std::vector<int> gang_calls_ ABSL_GUARDED_BY(mu_);  // per future
 };
@@ -180,7 +183,7 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // instance (waiting for its previous run if all are busy), allocates the
   // outputs. Nothing is submitted yet. `tag` names the run to channels; 0
   // takes the next of this executable's own count (1, 2, ...).
-  // `deadline`: how long the run may take from now (RunCompletion::Expire,
+  // `deadline`: how long the run may take from now (RunCompletion::Stop,
   // SubmitOptions::hold_limit); infinite: no limit.
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
                                                     std::vector<ArrayRef>* outputs, uint64_t tag = 0,

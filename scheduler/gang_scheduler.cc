@@ -98,9 +98,18 @@ void GangScheduler::RemoveClient(ClientId client, const absl::Status& why) {
     removed_.insert(client);
     auto it = clients_.find(client);
     if (it == clients_.end()) return;
-    // A run already partly dispatched stays: its steps must finish in order.
+    // A run already partly dispatched stays until dispatch takes it, in
+    // order, but stopped: none of its remaining gang calls goes to a device.
+    // (One whose gang calls are all on the devices runs to its end.)
     for (auto& run : it->second.runs) {
-      if (run->next_step_ == 0) dropped.push_back(run);
+      if (run->next_step_ == 0) {
+        dropped.push_back(run);
+      } else if (run->next_step_ < run->step_count()) {
+        run->completion()->Stop(absl::Status(
+            why.code(), absl::StrFormat("run %d of program '%s' (client %d): %s", run->tag(),
+                                        run->executable()->program().name(), client, why.message())));
+        run->waiting_ = false;
+      }
     }
     auto keep = [&](const std::shared_ptr<RunState>& r) {
       return std::find(dropped.begin(), dropped.end(), r) == dropped.end();
@@ -179,7 +188,7 @@ void GangScheduler::Drain(const RunState* until) {
     // cannot finish the run meanwhile; a channel resolves nothing of the
     // scheduler's from inside Receive.)
     Future<> arrival = run->executable()->Arrival(*run, run->next_step_);
-    if (arrival.valid() && !arrival.IsReady() && run->completion()->expired().ok()) {
+    if (arrival.valid() && !arrival.IsReady() && run->completion()->stopped().ok()) {
       run->waiting_ = true;
       mu_.Unlock();
       // May run at once, here, if the value has come since.
@@ -248,10 +257,11 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
                                                                   std::function<void(int64_t)> on_device_time) {
   HostSpan span("dispatch");
   Executable& exe = *run.executable();
-  if (absl::Status expired = run.completion()->expired(); !expired.ok()) {
-    // Past its deadline: none of its remaining gang calls goes to a device.
-    exe.FinishDispatch(run, expired, s);
-    return expired;
+  if (absl::Status stopped = run.completion()->stopped(); !stopped.ok()) {
+    // Past its deadline, or cancelled: none of its remaining gang calls goes
+    // to a device.
+    exe.FinishDispatch(run, stopped, s);
+    return stopped;
   }
   if (span.active()) span.set_args(absl::StrCat("\"node\":", JsonQuote(exe.GangCallName(s))));
   const Mesh& mesh = exe.GangCallMesh(s);
@@ -352,30 +362,44 @@ void GangScheduler::WatchLoop() {
   }
 }
 
-void GangScheduler::Expire(const std::shared_ptr<RunState>& run) {
-  const Executable& exe = *run->executable();
-  std::string doing;
-  auto [pending, g] = run->completion()->FirstPending();
-  const std::string ran = FormatSeconds(absl::Now() - run->started());
+std::string GangScheduler::DescribeProgress(const RunState& run) {
+  const Executable& exe = *run.executable();
+  auto [pending, g] = run.completion()->FirstPending();
+  const std::string ran = FormatSeconds(absl::Now() - run.started());
   if (pending.valid() && g >= 0) {
     const auto* acc = dynamic_cast<const Accelerator*>(pending.timeline_driver());
-    doing = absl::StrFormat("%s on %s had not finished after %s", exe.DescribeGangCall(g),
-                            acc != nullptr ? acc->name() : "the host", ran);
-  } else if (pending.valid()) {
-    doing = absl::StrCat("its sends to another island had not finished after ", ran);
-  } else {
-    absl::MutexLock lock(&mu_);
-    const size_t next = std::min(run->next_step_, exe.gang_calls() - 1);
-    doing = absl::StrFormat(
-        "%s was not yet dispatched after %s (%s)", exe.DescribeGangCall(next), ran,
-        run->waiting_ ? "its value from another island had not come" : "queued behind other work");
+    return absl::StrFormat("%s on %s had not finished after %s", exe.DescribeGangCall(g),
+                           acc != nullptr ? acc->name() : "the host", ran);
   }
-  run->completion()->Expire(absl::DeadlineExceededError(
-      absl::StrFormat("run %d of program '%s' (client %d) passed its deadline of %s: %s", run->tag(),
-                      exe.program().name(), run->client(), FormatSeconds(run->deadline()), doing)));
+  if (pending.valid()) return absl::StrCat("its sends to another island had not finished after ", ran);
+  absl::MutexLock lock(&mu_);
+  const size_t next = std::min(run.next_step_, exe.gang_calls() - 1);
+  return absl::StrFormat(
+      "%s was not yet dispatched after %s (%s)", exe.DescribeGangCall(next), ran,
+      run.waiting_ ? "its value from another island had not come" : "queued behind other work");
+}
+
+void GangScheduler::Expire(const std::shared_ptr<RunState>& run) {
+  const Executable& exe = *run->executable();
+  Stop(*run,
+       absl::DeadlineExceededError(absl::StrFormat(
+           "run %d of program '%s' (client %d) passed its deadline of %s: %s", run->tag(),
+           exe.program().name(), run->client(), FormatSeconds(run->deadline()), DescribeProgress(*run))));
+}
+
+void GangScheduler::Cancel(const std::shared_ptr<RunState>& run, const std::string& by) {
+  if (run->completion()->done()) return;
+  const Executable& exe = *run->executable();
+  Stop(*run, absl::CancelledError(absl::StrFormat("run %d of program '%s' (client %d) cancelled by %s: %s",
+                                                  run->tag(), exe.program().name(), run->client(), by,
+                                                  DescribeProgress(*run))));
+}
+
+void GangScheduler::Stop(RunState& run, absl::Status status) {
+  run.completion()->Stop(std::move(status));
   // A run waiting aside for a value goes to dispatch, which fails the rest.
   absl::MutexLock lock(&mu_);
-  run->waiting_ = false;
+  run.waiting_ = false;
 }
 
 void GangScheduler::Loop() {

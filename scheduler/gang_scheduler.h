@@ -66,8 +66,16 @@ class GangScheduler {
   ~GangScheduler();
 
   void AddClient(ClientId client, double weight);
-  // Drops the client's queued runs (failing them with `why`).
+  // Drops the client's queued runs (failing them with `why`) and stops its
+  // runs in progress (RunCompletion::Stop): none of their gang calls not yet
+  // dispatched goes to a device.
   void RemoveClient(ClientId client, const absl::Status& why);
+  // Stops `run` with Cancelled, "run T of program 'P' (client C) cancelled
+  // by `by`: " and what it was doing: none of its gang calls not yet
+  // dispatched goes to a device, its work on the devices runs on (Vulkan
+  // cannot take it back), and Await returns at once. A run that has ended
+  // is left as it is.
+  void Cancel(const std::shared_ptr<RunState>& run, const std::string& by) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a prepared run (the whole program as one message).
   void Enqueue(std::shared_ptr<RunState> run);
 
@@ -139,11 +147,16 @@ class GangScheduler {
   void Arrived(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(mu_);
   // Deadlines: runs with one are watched by a thread (started with the first
   // such run) that fails each run still unfinished at its deadline
-  // (RunCompletion::Expire), naming what it was doing; a run waiting for a
-  // value from another island then goes to dispatch, which fails the rest.
+  // (Stop, DeadlineExceeded), naming what it was doing.
   void WatchDeadline(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(watch_mu_);
   void WatchLoop();
   void Expire(const std::shared_ptr<RunState>& run) ABSL_LOCKS_EXCLUDED(mu_);
+  // RunCompletion::Stop; a run waiting aside for a value from another
+  // island then goes to dispatch, which fails the rest.
+  void Stop(RunState& run, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // What `run` is doing, for messages: the first gang call not finished and
+  // where, or the next one and why it is not yet dispatched.
+  std::string DescribeProgress(const RunState& run) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SchedulingPolicy policy_;
   const DispatchMode mode_;

@@ -129,6 +129,15 @@ absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& exe
   return run;
 }
 
+absl::Status Client::Cancel(const Execution& run) {
+  if (run.state == nullptr || run.state->client() != id_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client '", name_, "' cannot cancel a run it did not start"));
+  }
+  island_->scheduler().Cancel(run.state, absl::StrCat("client '", name_, "'"));
+  return absl::OkStatus();
+}
+
 void Client::TrackLocked(const ArrayRef& array) {
   // Forget arrays already gone, now and then, so the list stays as long as
   // the live arrays (amortized O(1) per array).

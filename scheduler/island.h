@@ -120,11 +120,18 @@ class Client {
   // waits only when the executable already has its maximum of runs in flight).
   absl::StatusOr<Execution> Execute(const std::shared_ptr<Executable>& executable, const std::vector<ArrayRef>& inputs,
                                     const ExecuteOptions& options = {});
+  // Cancels one of this client's runs: its Await returns Cancelled at once,
+  // naming what it was doing; none of its gang calls not yet dispatched goes
+  // to a device (the outputs they would write carry the error); its work
+  // already on the devices runs to its end, as Vulkan cannot take it back,
+  // and holds its buffers until then. A run that has ended keeps its result.
+  // InvalidArgument for another client's run.
+  absl::Status Cancel(const Execution& run);
 
   // Device memory held by this client's live arrays and executables.
   uint64_t bytes_held() const;
-  // Releases every mesh, array and executable of this client and drops its
-  // queued runs; idempotent.
+  // Releases every mesh, array and executable of this client, drops its
+  // queued runs and stops those in progress (as Cancel); idempotent.
   void Close();
   bool closed() const;
 

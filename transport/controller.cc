@@ -458,7 +458,33 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
     a.id = part_outputs[part][index];
     run.outputs.push_back(std::move(a));
   }
+  run.program = program;
+  run.tag = tag;
   return run;
+}
+
+absl::Status Controller::Cancel(const RemoteRun& run) {
+  if (run.program == nullptr)
+    return absl::InvalidArgumentError("not a run of this controller's (no program)");
+  absl::Status first_error;
+  bool told = false;
+  for (const auto& part : run.program->parts) {
+    if (part.island < 0 || part.island >= island_count()) {
+      return absl::InvalidArgumentError("not a run of this controller's (an island it does not know)");
+    }
+  }
+  for (const auto& part : run.program->parts) {
+    IslandRequest in;
+    in.mutable_cancel_run()->set_program(part.id);
+    in.mutable_cancel_run()->set_tag(run.tag);
+    Request r;
+    r.set_island(in.SerializeAsString());
+    absl::Status sent = islands_[part.island]->connection->Notify(r, absl::Now() + options_.call_timeout);
+    // An island that is down fails its part anyway (IslandLost).
+    if (!sent.ok() && first_error.ok()) first_error = LostError(part.island, sent);
+    told |= sent.ok();
+  }
+  return told ? absl::OkStatus() : first_error;
 }
 
 void Controller::HandleNote(int island, const std::string& note) {

@@ -104,6 +104,9 @@ struct RemoteExecuteOptions {
 struct RemoteRun {
   std::vector<RemoteArray> outputs;
   Future<> done;
+  // Which run this is (Controller::Cancel).
+  std::shared_ptr<RemoteProgram> program;
+  uint64_t tag = 0;
 };
 
 // Thread-safe.
@@ -153,6 +156,13 @@ class Controller {
   absl::StatusOr<RemoteRun> Execute(const std::shared_ptr<RemoteProgram>& program,
                                     const std::vector<RemoteArray>& inputs,
                                     const RemoteExecuteOptions& options = {});
+  // Cancels a run on every island of its program, without waiting: a part
+  // not yet started there never starts; one in progress dispatches nothing
+  // more (its work already on the devices runs to its end) and fails with
+  // Cancelled naming what it was doing (Client::Cancel); the other parts stop
+  // waiting for its values. `run.done` then fails with Cancelled, unless the
+  // run had ended. An error only when no island could be told.
+  absl::Status Cancel(const RemoteRun& run);
 
  private:
   struct Island;

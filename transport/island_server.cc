@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -566,6 +567,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           return why;
         };
         if (p == programs_.end()) return refuse(absl::NotFoundError(absl::StrCat("no program ", program_id)));
+        if (runs_.contains({program_id, tag})) {
+          // Not refuse(): the run of that tag is this one's, not to be failed.
+          return absl::InvalidArgumentError(
+              absl::StrCat("run ", tag, " of program ", program_id, " is already in progress"));
+        }
         // An input made by a run queued before this one (pending) is looked
         // up when this run's turn comes; the rest are held from now.
         std::vector<std::pair<uint64_t, ArrayRef>> inputs;
@@ -599,6 +605,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           }
         }
         pending_.insert(outputs.begin(), outputs.end());
+        runs_[{program_id, tag}] = std::nullopt;
         auto exe = p->second.exe;
         // Beyond 2^62 us (146,000 years) a deadline is none.
         const absl::Duration deadline = ex.deadline_us() == 0 || ex.deadline_us() > (uint64_t{1} << 62)
@@ -618,6 +625,18 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         auto p = programs_.find(in.cancel_runs().program());
         if (p == programs_.end()) return absl::NotFoundError("no such program");
         for (auto& r : p->second.receivers) r->inbox().Close(absl::AbortedError(in.cancel_runs().message()));
+        break;
+      }
+      case IslandRequest::kCancelRun: {
+        // A run not found has ended (or never was): nothing to do.
+        const std::pair<uint64_t, uint64_t> key{in.cancel_run().program(), in.cancel_run().tag()};
+        auto r = runs_.find(key);
+        if (r == runs_.end()) break;
+        if (!r->second.has_value()) {
+          cancelled_.insert(key);
+        } else if (client_ != nullptr) {
+          RETURN_IF_ERROR(client_->Cancel(*r->second));
+        }
         break;
       }
       case IslandRequest::kChannelOpen:
@@ -682,6 +701,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     {
       absl::MutexLock lock(&mu_);
       c = client_;
+      if (cancelled_.erase({program_id, tag}) > 0) {
+        missing = absl::CancelledError(absl::StrCat("run ", tag, " of program '", exe->program().name(),
+                                                    "' cancelled by its controller before it started"));
+      }
       for (const auto& [id, array] : given) {
         if (auto f = failed_uploads_.find(id); f != failed_uploads_.end()) {
           if (missing.ok()) missing = f->second;
@@ -703,13 +726,25 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         pending_.erase(outputs[i]);
         if (run.ok()) arrays_[outputs[i]] = run->outputs[i];
       }
+      if (run.ok()) {
+        runs_[{program_id, tag}] = *run;
+      } else {
+        runs_.erase({program_id, tag});
+      }
     }
     if (!run.ok()) {
       FailSends(*exe, tag, run.status());
       report(run.status());
       return;
     }
-    outbox_->Push([run = *run, report] { report(run.Await()); });
+    outbox_->Push([this, run = *run, report, program_id, tag] {
+      const absl::Status s = run.Await();
+      {
+        absl::MutexLock lock(&mu_);
+        runs_.erase({program_id, tag});
+      }
+      report(s);
+    });
   }
 
   void FetchJob(uint64_t array_id, uint64_t fetch) {
@@ -770,6 +805,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   absl::flat_hash_map<uint64_t, absl::Status> failed_uploads_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, LoadedProgram> programs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Upload> uploads_ ABSL_GUARDED_BY(mu_);
+  // Runs by (program id, tag): queued on the worker (null: not yet
+  // started; cancelled_ once the controller cancels one), and started, until
+  // reported. A tag names one run at a time.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, std::optional<Execution>> runs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> cancelled_ ABSL_GUARDED_BY(mu_);
   // Made with the session, reset only by Teardown (after the connection,
   // whose reader pushes into them, is gone).
   std::unique_ptr<JobQueue> worker_ = std::make_unique<JobQueue>("session worker");

@@ -1,6 +1,7 @@
-// Run deadlines and quarantined accelerators: a run past its deadline fails
-// naming what it was doing, an accelerator its work still holds is taken out
-// of service (and only that one), and a lost device does the same.
+// Run deadlines, cancellation and quarantined accelerators: a run past its
+// deadline fails naming what it was doing, an accelerator its work still
+// holds is taken out of service (and only that one), a lost device does the
+// same, and a cancelled run (or a closed client's) dispatches nothing more.
 //
 // The long kernel here (test_support.h) is sized to run about 4 s on this
 // machine's CPU driver, longer than any deadline below, unless released:
@@ -17,6 +18,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -47,18 +49,22 @@ constexpr absl::Duration kRunTimeout = absl::Seconds(20);
 // results around the kernel, not for progress during it; that needs a GPU.
 const bool kQueueThreadsOwnDispatches = setenv("LP_NUM_THREADS", "0", 1) == 0;
 
-// A program of one gang call running the spin kernel on `mesh` (input: one
-// i32, unused; output: 65 i32, word 0 the release).
-absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr<Mesh>& mesh) {
+// The spin kernel as a function (input: one i32, unused; output: 65 i32,
+// word 0 the release): about 4 s of work unless released, longer than any
+// deadline here.
+absl::StatusOr<std::shared_ptr<const Function>> SpinFunction() {
   ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("spin", testing::kSpinGlsl));
   KernelStep step;
   step.kernel = kernel;
   step.args = {0, 1};
-  // About 4 s of work unless released (longer than any deadline here).
   step.groups = {4096, 1, 1};
   step.push_constants = testing::SpinPushConstants(testing::SpinRoundsFor(4096, absl::Seconds(4)));
-  ASSIGN_OR_RETURN(auto fn,
-                   Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
+  return Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step});
+}
+
+// A program of one gang call running the spin kernel on `mesh`.
+absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr<Mesh>& mesh) {
+  ASSIGN_OR_RETURN(auto fn, SpinFunction());
   ProgramBuilder b("spinner");
   b.Parameter("x", mesh, {1}, DType::kI32);
   b.Call("spin", fn, mesh, {"x"}, {"out"});
@@ -306,6 +312,164 @@ TEST(DeadlineTest, LostDeviceQuarantinesOnlyItsAccelerator) {
   ASSERT_OK_AND_ASSIGN(auto fresh, a->AllocateMesh({1}));
   EXPECT_EQ(fresh->device(0), mesh_b->device(0));
   ASSERT_OK(AddAndCheck(*a, fresh, 20));
+}
+
+// A client's stoppable run, in synchronous dispatch: gang call 'spin' (the
+// spin kernel on mesh `a`), then gang call 'twice' (doubling 256 floats on
+// mesh `b`), which dispatch reaches only once 'spin' has ended. Each test
+// first holds the island's scheduler in a short run of another program
+// ('first', on `b`) so that this run is queued and goes to the dispatcher
+// thread, whose await hook then says when 'spin' is on the device.
+struct TwoCalls {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<Island> island;
+  std::shared_ptr<Client> client;
+  std::shared_ptr<Mesh> a, b;
+  std::shared_ptr<Executable> exe, first;
+  ArrayRef x, y;
+  absl::Notification first_inside, spin_queued, spin_inside;
+  std::thread first_thread;
+
+  ~TwoCalls() {
+    if (first_thread.joinable()) first_thread.join();
+  }
+
+  absl::Status Set() {
+    rt = MakeRuntime(1);
+    if (rt == nullptr) return absl::InternalError("no runtime");
+    IslandOptions options;
+    options.dispatch = DispatchMode::kSynchronous;
+    ASSIGN_OR_RETURN(island, Island::Create(rt.get(), options));
+    island->scheduler().RecordOrder(true);
+    island->scheduler().SetSynchronousAwaitHookForTesting([this](ClientId, size_t step) {
+      if (!first_inside.HasBeenNotified()) {
+        first_inside.Notify();
+        spin_queued.WaitForNotification();
+      } else if (!spin_inside.HasBeenNotified() && step == 0) {
+        spin_inside.Notify();
+      }
+    });
+    ASSIGN_OR_RETURN(client, island->Connect("canceller"));
+    ASSIGN_OR_RETURN(a, client->AllocateMesh({1}));
+    ASSIGN_OR_RETURN(b, client->AllocateMesh({1}));
+    ASSIGN_OR_RETURN(auto spin, SpinFunction());
+    ASSIGN_OR_RETURN(auto scale, Function::Scale({256}, 2.0f));
+    ProgramBuilder pb("two-calls");
+    pb.Parameter("x", a, {1}, DType::kI32);
+    pb.Parameter("y", b, {256}, DType::kF32);
+    pb.Call("spin", spin, a, {"x"}, {"out"});
+    pb.Call("twice", scale, b, {"y"}, {"z"});
+    pb.Output("out");
+    pb.Output("z");
+    ASSIGN_OR_RETURN(auto program, pb.Build());
+    ASSIGN_OR_RETURN(exe, client->Load(program));
+    ProgramBuilder fb("first");
+    fb.Parameter("y", b, {256}, DType::kF32);
+    fb.Call("first", scale, b, {"y"}, {"z"});
+    fb.Output("z");
+    ASSIGN_OR_RETURN(auto first_program, fb.Build());
+    ASSIGN_OR_RETURN(first, client->Load(first_program));
+    ASSIGN_OR_RETURN(x, SpinInput(*client, a));
+    ASSIGN_OR_RETURN(y, client->CreateArray(b, {256}, DType::kF32));
+    const std::vector<float> yh = reference::RandomFloats(256, 5);
+    return y->Upload(yh.data(), yh.size() * sizeof(float));
+  }
+
+  // Runs 'first' on a thread of its own (it holds the scheduler in the
+  // await hook until `spin_queued`), then queues the two-call run.
+  absl::StatusOr<Spin> Start() {
+    first_thread = std::thread([this] { EXPECT_OK(client->Execute(first, {y}).status()); });
+    first_inside.WaitForNotification();
+    Spin spin;
+    absl::StatusOr<Execution> run = client->Execute(exe, {x, y});
+    spin_queued.Notify();
+    if (!run.ok()) return run.status();
+    spin.run = *std::move(run);
+    ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
+    if (!spin.out->host_coherent()) {
+      spin.Release();
+      return absl::FailedPreconditionError("the spin kernel's output is not mapped host-coherent");
+    }
+    return spin;
+  }
+
+  // The nodes of the gang calls dispatched so far, in order.
+  std::vector<std::string> Dispatched() {
+    std::vector<std::string> nodes;
+    for (const GangCall& call : island->scheduler().TakeOrder()) nodes.push_back(call.node);
+    return nodes;
+  }
+};
+
+// Tests that a client cancelling its run while the run's first gang call is
+// on the device gets Cancelled from Await at once (not when the kernel ends),
+// naming the run and what it was doing; that the run's later gang call, and
+// a run cancelled while still queued, are never dispatched, and the outputs
+// they would have written carry the error; and that the client and the
+// accelerator go on as before (no quarantine: a cancel holds no deadline).
+TEST(DeadlineTest, CancelledRunDispatchesNothingMore) {
+  TwoCalls t;
+  ASSERT_OK(t.Set());
+  ASSERT_OK_AND_ASSIGN(Spin spin, t.Start());
+  absl::Cleanup release = [&spin] { spin.Release(); };
+  ASSERT_OK_AND_ASSIGN(Execution queued, t.client->Execute(t.exe, {t.x, t.y}));
+  t.spin_inside.WaitForNotification();
+
+  ASSERT_OK(t.client->Cancel(queued));
+  EXPECT_ERROR(queued.Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "run 2 of program 'two-calls'", "cancelled by client 'canceller'", "gang call 'spin'",
+               "was not yet dispatched", "queued behind other work");
+  ASSERT_OK(t.client->Cancel(spin.run));
+  // The kernel runs for seconds yet (released only below): only the cancel
+  // can end this wait with Cancelled.
+  EXPECT_ERROR(spin.run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "run 1 of program 'two-calls'", "cancelled by client 'canceller'", "gang call 'spin'",
+               "kernel 'spin'", "had not finished");
+  EXPECT_ERROR(spin.run.outputs[0]->Await(absl::Now()), absl::StatusCode::kDeadlineExceeded);
+  spin.Release();
+  EXPECT_ERROR(spin.run.outputs[1]->Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "cancelled");
+  EXPECT_ERROR(queued.outputs[0]->Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "cancelled");
+  // The gang call on the device ran to its end, writing its output.
+  ASSERT_OK(spin.run.outputs[0]->Await(absl::Now() + kRunTimeout));
+  t.first_thread.join();
+
+  // The client goes on, with correct results, on the accelerator that ran
+  // the cancelled kernel; dispatch took nothing more of either run.
+  ASSERT_OK(AddAndCheck(*t.client, t.b, 1));
+  EXPECT_THAT(t.Dispatched(), ::testing::ElementsAre("first", "spin", "add"));
+  EXPECT_OK(t.a->device(0)->health());
+  // A run that has ended keeps its result; another client's run is not its to cancel.
+  ASSERT_OK_AND_ASSIGN(Execution done, t.client->Execute(t.first, {t.y}));
+  ASSERT_OK(done.Await(absl::Now() + kRunTimeout));
+  ASSERT_OK(t.client->Cancel(done));
+  EXPECT_OK(done.Await());
+  ASSERT_OK_AND_ASSIGN(auto other, t.island->Connect("other"));
+  EXPECT_ERROR(other->Cancel(done), absl::StatusCode::kInvalidArgument, "client 'other'", "did not start");
+}
+
+// Tests that closing a client while its run's first gang call is on the
+// device stops the run there: Await says so at once and the run's later gang
+// call is never dispatched (once, that call ran after its client was gone).
+TEST(DeadlineTest, ClosingAClientStopsItsRunInProgress) {
+  TwoCalls t;
+  ASSERT_OK(t.Set());
+  ASSERT_OK_AND_ASSIGN(Spin spin, t.Start());
+  absl::Cleanup release = [&spin] { spin.Release(); };
+  t.spin_inside.WaitForNotification();
+
+  t.client->Close();
+  EXPECT_ERROR(spin.run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "run 1 of program 'two-calls'", "client 'canceller' closed");
+  spin.Release();
+  t.first_thread.join();
+  // Another client's run, queued after the close, marks when dispatch has
+  // passed the closed client's run.
+  ASSERT_OK_AND_ASSIGN(auto other, t.island->Connect("other"));
+  ASSERT_OK_AND_ASSIGN(auto mesh, other->AllocateMesh({1}));
+  ASSERT_OK(AddAndCheck(*other, mesh, 1));
+  EXPECT_THAT(t.Dispatched(), ::testing::ElementsAre("first", "spin", "add"));
 }
 
 }  // namespace

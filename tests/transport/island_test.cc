@@ -461,6 +461,13 @@ struct PartBOnIsland {
       run.mutable_execute()->set_deadline_us(absl::ToInt64Microseconds(deadline));
     return CallIsland(*controller, run).status();
   }
+  // Cancels run `tag`.
+  absl::Status Cancel(uint64_t tag) {
+    IslandRequest cancel;
+    cancel.mutable_cancel_run()->set_program(program);
+    cancel.mutable_cancel_run()->set_tag(tag);
+    return CallIsland(*controller, cancel).status();
+  }
 };
 
 // Tells the island at the other end of `link` (as island a) that channel
@@ -560,6 +567,20 @@ ProgramDef SpinnerDef(uint32_t groups, absl::Duration length) {
   return def;
 }
 
+// SpinnerDef loaded on `mesh`, and its input x (zero).
+struct Spinner {
+  std::shared_ptr<RemoteProgram> program;
+  RemoteArray x;
+};
+absl::StatusOr<Spinner> LoadSpinner(Controller& c, const RemoteMesh& mesh, absl::Duration length) {
+  Spinner spinner;
+  ASSIGN_OR_RETURN(spinner.program, c.Load(SpinnerDef(4096, length), {{"m", mesh}}));
+  ASSIGN_OR_RETURN(spinner.x, c.CreateArray(mesh, {1}, DType::kI32));
+  const int32_t zero = 0;
+  RETURN_IF_ERROR(c.Upload(spinner.x, &zero, sizeof(zero)));
+  return spinner;
+}
+
 // The program `name`: y = x + b, n floats each, on a mesh "m" of one
 // accelerator.
 ProgramDef AddDef(const std::string& name, int n) {
@@ -618,10 +639,8 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
   ASSERT_OK_AND_ASSIGN(RemoteMesh spin_mesh, spinner->AllocateMesh(0, {1}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh other_mesh, other->AllocateMesh(0, {1}));
   ASSERT_OK(RemoteAddAndCheck(*other, other_mesh, 1));
-  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096, absl::Seconds(3)), {{"m", spin_mesh}}));
-  ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(spin_mesh, {1}, DType::kI32));
-  const int32_t zero = 0;
-  ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
+  ASSERT_OK_AND_ASSIGN(Spinner spinner_program, LoadSpinner(*spinner, spin_mesh, absl::Seconds(3)));
+  const auto& [program, x] = spinner_program;
 
   ASSERT_OK_AND_ASSIGN(RemoteRun hurried,
                        spinner->Execute(program, {x}, {.deadline = absl::Milliseconds(50)}));
@@ -666,10 +685,8 @@ TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
   std::unique_ptr<IslandProcess> island = *std::move(started);
   ASSERT_OK_AND_ASSIGN(auto spinner, Controller::Connect({island->address()}));
   ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, spinner->AllocateMesh(0, {1}));
-  ASSERT_OK_AND_ASSIGN(auto program, spinner->Load(SpinnerDef(4096, absl::Seconds(60)), {{"m", mesh}}));
-  ASSERT_OK_AND_ASSIGN(RemoteArray x, spinner->CreateArray(mesh, {1}, DType::kI32));
-  const int32_t zero = 0;
-  ASSERT_OK(spinner->Upload(x, &zero, sizeof(zero)));
+  ASSERT_OK_AND_ASSIGN(Spinner spinner_program, LoadSpinner(*spinner, mesh, absl::Seconds(60)));
+  const auto& [program, x] = spinner_program;
   ASSERT_OK_AND_ASSIGN(RemoteRun run, spinner->Execute(program, {x}));
   // Running, not finished.
   EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + absl::Milliseconds(500)),
@@ -682,21 +699,36 @@ TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
   EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "isl-w");
 }
 
+// Island b's part on an island server "isl-b" of two accelerators, and a
+// peer playing island a: connected, its channel opened, and silent (its
+// heartbeats go on) until the test sends.
+struct SilentPeer {
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<IslandServer> server;
+  PartBOnIsland b;
+  std::unique_ptr<Connection> peer;
+
+  absl::Status Set() {
+    rt = MakeRuntime(2);
+    IslandServerOptions options;
+    options.name = "isl-b";
+    ASSIGN_OR_RETURN(server, IslandServer::Create(rt.get(), options));
+    ASSIGN_OR_RETURN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+    RETURN_IF_ERROR(b.Load(where));
+    ASSIGN_OR_RETURN(peer, ConnectAs(where, "isl-a"));
+    return OpenChannel777(*peer);
+  }
+};
+
 // Tests that a peer island that stays connected but never sends a run's
 // value cannot hold the receiving island: the run fails at its deadline,
 // saying that the value had not come, and nothing is quarantined (the next
 // run, whose value comes, is served).
 TEST(IslandServerTest, APeerThatNeverSendsFailsTheRunAtItsDeadline) {
-  auto rt = MakeRuntime(2);
-  IslandServerOptions options;
-  options.name = "isl-b";
-  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
-  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
-  PartBOnIsland b;
-  ASSERT_OK(b.Load(where));
-  // The peer: connected, its channel opened, and silent (its heartbeats go on).
-  ASSERT_OK_AND_ASSIGN(auto peer, ConnectAs(where, "isl-a"));
-  ASSERT_OK(OpenChannel777(*peer));
+  SilentPeer t;
+  ASSERT_OK(t.Set());
+  PartBOnIsland& b = t.b;
+  Connection* peer = t.peer.get();
 
   const absl::Time start = absl::Now();
   ASSERT_OK(b.Execute(1, absl::Milliseconds(500)));
@@ -705,7 +737,64 @@ TEST(IslandServerTest, APeerThatNeverSendsFailsTheRunAtItsDeadline) {
   ASSERT_OK(b.Execute(2, absl::Seconds(30)));
   ASSERT_OK(SendT(*peer, 2));
   EXPECT_OK(b.notes.Await(2));
-  for (int i = 0; i < 2; ++i) EXPECT_OK(rt->accelerator(i)->health());
+  for (int i = 0; i < 2; ++i) EXPECT_OK(t.rt->accelerator(i)->health());
+}
+
+// Tests that a controller can cancel a run waiting for a value from a peer
+// that never sends it (no deadline: without the cancel it would wait as long
+// as the peer lives): it is reported Cancelled at once, and the island serves
+// the next runs, whose values come. A run's tag names one run at a time.
+TEST(IslandServerTest, CancelledRunWaitingForAPeerEndsAndTheNextIsServed) {
+  SilentPeer t;
+  ASSERT_OK(t.Set());
+  PartBOnIsland& b = t.b;
+  Connection* peer = t.peer.get();
+
+  ASSERT_OK(b.Execute(1));
+  EXPECT_ERROR(b.Execute(1), absl::StatusCode::kInvalidArgument, "run 1 of program", "already in progress");
+  ASSERT_OK(b.Cancel(1));
+  EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kCancelled, "cancelled by client", "had not come");
+  ASSERT_OK(b.Execute(2));
+  ASSERT_OK(SendT(*peer, 2));
+  EXPECT_OK(b.notes.Await(2));
+  // Cancelling a run that has ended, or one never started, changes nothing.
+  ASSERT_OK(b.Cancel(2));
+  ASSERT_OK(b.Cancel(99));
+  ASSERT_OK(b.Execute(3));
+  ASSERT_OK(SendT(*peer, 3));
+  EXPECT_OK(b.notes.Await(3));
+  EXPECT_OK(b.notes.Await(2));
+  for (int i = 0; i < 2; ++i) EXPECT_OK(t.rt->accelerator(i)->health());
+}
+
+// Tests Controller::Cancel on a run whose kernel runs for seconds: the run
+// fails with Cancelled naming the island, program, gang call and kernel
+// (without the cancel it would succeed once the kernel ends), the
+// accelerator is not quarantined, and the controller's next run there gets
+// correct results.
+TEST(IslandServerTest, ControllerCancelsItsRun) {
+  auto rt = MakeRuntime(1);
+  IslandServerOptions options;
+  options.name = "isl-c";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ControllerOptions controller_options;
+  controller_options.name = "canceller";
+  ASSERT_OK_AND_ASSIGN(auto controller,
+                       Controller::Connect({server->address().ToString()}, controller_options));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, controller->AllocateMesh(0, {1}));
+  ASSERT_OK_AND_ASSIGN(Spinner spinner_program, LoadSpinner(*controller, mesh, absl::Seconds(3)));
+  const auto& [program, x] = spinner_program;
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, controller->Execute(program, {x}));
+  // Running, not finished.
+  EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + absl::Milliseconds(300)),
+               absl::StatusCode::kDeadlineExceeded);
+  ASSERT_OK(controller->Cancel(run));
+  EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
+               "island 'isl-c'", "program 'spinner", "cancelled by client 'canceller'", "gang call 'spin'",
+               "kernel 'spin'");
+  EXPECT_ERROR(controller->Cancel(RemoteRun{}), absl::StatusCode::kInvalidArgument, "not a run");
+  ASSERT_OK(RemoteAddAndCheck(*controller, mesh, 1));
+  EXPECT_OK(rt->accelerator(0)->health());
 }
 
 // Tests that a run the island cannot start (an input released before it)
