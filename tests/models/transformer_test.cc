@@ -20,6 +20,7 @@
 #include "models/trainer.h"
 #include "runtime/reference.h"
 #include "scheduler/island.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway::models {
@@ -238,8 +239,9 @@ TEST_F(TransformerTest, ForwardMatchesCpuReference) {
 // Tests the whole model's gradient (every tensor: embeddings, each block's
 // norms, projections and MLP, the output layer) against central finite
 // differences of the program's own loss: for each tensor its three entries
-// of largest gradient and one more at random.
+// of largest gradient (one under a sanitizer) and one more at random.
 TEST_F(TransformerTest, GradientMatchesFiniteDifferences) {
+  constexpr int kLargest = testing::Repeats(3, 1);
   Start(1);
   const TransformerConfig config = Tiny(11);
   const uint32_t batch = 2;
@@ -257,9 +259,9 @@ TEST_F(TransformerTest, GradientMatchesFiniteDifferences) {
     SCOPED_TRACE(params[i].name);
     std::vector<size_t> order(grads[i].size());
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + std::min<size_t>(3, order.size()), order.end(),
+    std::partial_sort(order.begin(), order.begin() + std::min<size_t>(kLargest, order.size()), order.end(),
                       [&](size_t a, size_t b) { return std::abs(grads[i][a]) > std::abs(grads[i][b]); });
-    order.resize(std::min<size_t>(3, order.size()));
+    order.resize(std::min<size_t>(kLargest, order.size()));
     order.push_back(reference::SplitMix64(11, i) % grads[i].size());
     for (size_t j : order) {
       const float h = 1e-2f;
@@ -277,8 +279,12 @@ TEST_F(TransformerTest, GradientMatchesFiniteDifferences) {
     }
   }
   std::printf("gradient check: %d entries, worst error relative to max(|g|, 0.01) %.3g\n", checked, worst);
-  EXPECT_EQ(checked, 4 * static_cast<int>(params.size()));
+  EXPECT_EQ(checked, (kLargest + 1) * static_cast<int>(params.size()));
 }
+
+// Steps each layout trains for and is compared over: every step runs the
+// same host code, so fewer under a sanitizer (sanitizers.h).
+constexpr int kCompareSteps = testing::Repeats(6, 2);
 
 // Trains `steps` steps of the tiny model in `stages` with the same seed and
 // global batch, returning the losses and the final weights.
@@ -329,11 +335,14 @@ void ExpectSameTrajectory(const TrainRun& want, const TrainRun& got) {
 TEST_F(TransformerTest, DataParallelFollowsOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
-  ASSERT_EQ(one.losses.size(), 6u);
-  EXPECT_LT(one.losses.back(), one.losses.front());
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2}, 1, 6));
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {4}, 1, 6));
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
+  // Over six steps the loss falls (over two it may not: each step's batch differs).
+  if (kCompareSteps >= 6) {
+    EXPECT_LT(one.losses.back(), one.losses.front());
+  }
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2}, 1, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {4}, 1, kCompareSteps));
 }
 
 // Tests that pipelines of 2 and 4 stages with 2 and 4 micro-batches
@@ -341,12 +350,12 @@ TEST_F(TransformerTest, DataParallelFollowsOneAccelerator) {
 TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
-  ASSERT_EQ(one.losses.size(), 6u);
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1}, 2, 6));
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1, 1, 1}, 4, 6));
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1}, 2, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1, 1, 1}, 4, kCompareSteps));
   // Both at once: two stages of two accelerators.
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2, 2}, 2, 6));
+  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2, 2}, 2, kCompareSteps));
 }
 
 // Tests that replicas of the layout on meshes of their own (each with its
@@ -355,14 +364,14 @@ TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
 TEST_F(TransformerTest, ReplicasFollowOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, 6);
-  ASSERT_EQ(one.losses.size(), 6u);
+  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
   for (auto [stages, micro, replicas] : {std::tuple{std::vector<int>{1}, 1u, 2u}, std::tuple{std::vector<int>{2}, 1u, 2u},
                                          std::tuple{std::vector<int>{1, 1}, 2u, 2u},
                                          std::tuple{std::vector<int>{1}, 1u, 4u}}) {
     SCOPED_TRACE(absl::StrCat(replicas, " replicas of stages {", absl::StrJoin(stages, ", "), "}, ", micro,
                               " micro-batches"));
-    const TrainRun got = TrainTiny(client_.get(), corpus, stages, micro, 6, replicas);
+    const TrainRun got = TrainTiny(client_.get(), corpus, stages, micro, kCompareSteps, replicas);
     ExpectSameTrajectory(one, got);
     ASSERT_EQ(got.other_replicas.size(), replicas - 1);
     for (const auto& other : got.other_replicas) {

@@ -19,6 +19,7 @@
 #include "models/trainer.h"
 #include "runtime/reference.h"
 #include "scheduler/island.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 #include "transport/controller.h"
 #include "transport/island_process.h"
@@ -61,6 +62,8 @@ TrainOptions TinyOptions(std::vector<int> stages, uint32_t replicas) {
 // and weights step by step, that both islands end with the same weights bit
 // for bit, and that evaluation runs on the islands.
 TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
+  // Every step runs the same host code: fewer under a sanitizer.
+  constexpr int kSteps = testing::Repeats(5, 2);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
   std::vector<double> want_losses;
   std::vector<std::vector<float>> want_weights;
@@ -71,7 +74,7 @@ TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
     ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
     ASSERT_OK_AND_ASSIGN(auto client, island->Connect("one"));
     ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client.get(), corpus, TinyOptions({1}, 1)));
-    ASSERT_OK_AND_ASSIGN(want_losses, trainer->Train(5));
+    ASSERT_OK_AND_ASSIGN(want_losses, trainer->Train(kSteps));
     ASSERT_OK_AND_ASSIGN(want_weights, trainer->Weights());
     ASSERT_OK_AND_ASSIGN(want_held_out, trainer->Evaluate());
   }
@@ -84,7 +87,7 @@ TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
   ASSERT_NE(backend->device(), nullptr);
   EXPECT_EQ(backend->device()->type, VK_PHYSICAL_DEVICE_TYPE_CPU);
   ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(std::move(backend), corpus, TinyOptions({2}, 2)));
-  ASSERT_OK_AND_ASSIGN(std::vector<double> losses, trainer->Train(5));
+  ASSERT_OK_AND_ASSIGN(std::vector<double> losses, trainer->Train(kSteps));
   ASSERT_EQ(losses.size(), want_losses.size());
   for (size_t i = 0; i < losses.size(); ++i) {
     EXPECT_NEAR(losses[i], want_losses[i], 1e-4 * std::abs(want_losses[i])) << "step " << i + 1;

@@ -16,6 +16,7 @@
 #include "scheduler/inbox.h"
 #include "scheduler/island.h"
 #include "scheduler/local_channel.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -236,7 +237,9 @@ TEST(CrossIslandTest, PipelineMatchesReferenceForEveryLayout) {
           ASSERT_OK_AND_ASSIGN(auto exe_a, t.ca->Load(prog_a));
           ASSERT_OK_AND_ASSIGN(auto exe_b, t.cb->Load(prog_b));
 
-          constexpr int kRuns = 6;
+          // More than two runs, so that runs wait for instances (two in
+          // flight per executable); fewer under a sanitizer (sanitizers.h).
+          constexpr int kRuns = testing::Repeats(6, 3);
           std::vector<std::vector<float>> xs, zs;
           std::vector<Execution> runs_a, runs_b;
           // Each receiving run is queued before its sender: its devices wait.

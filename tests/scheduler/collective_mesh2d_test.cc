@@ -32,6 +32,7 @@
 #include "scheduler/island.h"
 #include "scheduler/program.h"
 #include "tests/testing/collective_reference.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -323,6 +324,12 @@ TEST_F(CollectiveMesh2DTest, AllReduceOverEachAxis) {
                                    {kMax, DType::kF32},
                                    {kSum, DType::kI32},
                                    {kMax, DType::kI32}}) {
+            // Under a sanitizer every third case: with 4 and 8 cases per
+            // inner block, every value of every loop still comes round.
+            if (!testing::InSweep(static_cast<int>(seed), 3)) {
+              ++seed;
+              continue;
+            }
             Check(rows, cols,
                   {.kind = kAllReduce,
                    .elements = e,
@@ -373,6 +380,10 @@ TEST_F(CollectiveMesh2DTest, ReduceScatterOverEachAxis) {
       for (CollectiveAlgorithm algorithm : {kDirect, kRing, kDirectRead}) {
         for (int64_t e : {n * 13, n * 1031}) {
           for (auto [op, dtype] : {std::pair{kSum, DType::kF32}, {kMax, DType::kI32}}) {
+            if (!testing::InSweep(static_cast<int>(seed), 3)) {
+              ++seed;
+              continue;
+            }
             Check(rows, cols,
                   {.kind = kReduceScatter,
                    .elements = e,

@@ -38,6 +38,7 @@
 #include "scheduler/island.h"
 #include "scheduler/program.h"
 #include "tests/testing/collective_reference.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -1038,7 +1039,9 @@ TEST(CollectiveConcurrencyTest, OverlappingMeshesNeverDeadlock) {
     jobs->push_back(std::move(direct_read));
   }
 
-  constexpr int kRuns = 20;
+  // Fewer under a sanitizer (sanitizers.h), still each client's three
+  // executables with both of their runs in flight many times over.
+  constexpr int kRuns = testing::Repeats(20, 10);
   auto stream = [&](Client& client, const std::vector<AllReduceJob>& jobs, uint32_t seed) {
     struct Pending {
       Execution run;
