@@ -59,12 +59,14 @@ def cache_key(cmd, cwd, obj):
     # None when the build's dependency log does not cover the source.
     if not cache_dir or obj not in deps:
         return None
-    h = hashlib.sha256("\0".join(cmd).encode())
+    # Paths under the checkout count relative to it: another clone of the
+    # same tree hits the same entries.
+    h = hashlib.sha256("\0".join(cmd).replace(root, "<root>").encode())
     for d in deps[obj]:
         content = digest(os.path.join(cwd, d))
         if content is None:
             return None
-        h.update(f"\0{d}\0{content}".encode())
+        h.update(f"\0{d.replace(root, '<root>')}\0{content}".encode())
     return h.hexdigest()
 jobs = []
 for entry in json.load(open(commands)):
