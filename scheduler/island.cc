@@ -101,7 +101,7 @@ absl::StatusOr<std::shared_ptr<Executable>> Client::Load(std::shared_ptr<const P
 absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& executable,
                                           const std::vector<ArrayRef>& inputs, const ExecuteOptions& options) {
   if (closed()) return absl::FailedPreconditionError(absl::StrCat("client '", name_, "' is closed"));
-  if (executable == nullptr || executable->client() != id_) {
+  if (!Loaded(executable.get())) {
     return absl::PermissionDeniedError(absl::StrCat("client '", name_, "' did not load that executable"));
   }
   const IslandOptions& island = island_->options();
@@ -129,8 +129,20 @@ absl::StatusOr<Execution> Client::Execute(const std::shared_ptr<Executable>& exe
   return run;
 }
 
+bool Client::Loaded(const Executable* executable) const {
+  // By identity, not by client id: another island's clients count from 1 too.
+  if (executable == nullptr || executable->client() != id_) return false;
+  absl::MutexLock lock(&mu_);
+  for (const auto& w : executables_) {
+    if (w.lock().get() == executable) return true;
+  }
+  return false;
+}
+
 absl::Status Client::Cancel(const Execution& run) {
-  if (run.state == nullptr || run.state->client() != id_) {
+  // Closing stopped every run of this client already.
+  if (closed()) return absl::OkStatus();
+  if (run.state == nullptr || !Loaded(run.state->executable().get())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client '", name_, "' cannot cancel a run it did not start"));
   }

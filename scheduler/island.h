@@ -125,7 +125,7 @@ class Client {
   // to a device (the outputs they would write carry the error); its work
   // already on the devices runs to its end, as Vulkan cannot take it back,
   // and holds its buffers until then. A run that has ended keeps its result.
-  // InvalidArgument for another client's run.
+  // InvalidArgument for another client's run (of this island or another).
   absl::Status Cancel(const Execution& run);
 
   // Device memory held by this client's live arrays and executables.
@@ -145,6 +145,8 @@ class Client {
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   void TrackLocked(const ArrayRef& array) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether this client loaded `executable`.
+  bool Loaded(const Executable* executable) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::weak_ptr<Array>> arrays_ ABSL_GUARDED_BY(mu_);
   size_t tracked_after_prune_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::weak_ptr<Executable>> executables_ ABSL_GUARDED_BY(mu_);

@@ -447,6 +447,17 @@ TEST(DeadlineTest, CancelledRunDispatchesNothingMore) {
   EXPECT_OK(done.Await());
   ASSERT_OK_AND_ASSIGN(auto other, t.island->Connect("other"));
   EXPECT_ERROR(other->Cancel(done), absl::StatusCode::kInvalidArgument, "client 'other'", "did not start");
+  // Nor is a run of another island's client, though the ids match (each
+  // island counts its clients from 1).
+  auto rt2 = MakeRuntime(1);
+  ASSERT_NE(rt2, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto island2, Island::Create(rt2.get()));
+  ASSERT_OK_AND_ASSIGN(auto twin, island2->Connect("twin"));
+  ASSERT_EQ(twin->id(), t.client->id());
+  EXPECT_ERROR(twin->Cancel(done), absl::StatusCode::kInvalidArgument, "client 'twin'", "did not start");
+  EXPECT_ERROR(twin->Execute(t.first, {t.y}).status(), absl::StatusCode::kPermissionDenied,
+               "did not load that executable");
+  twin->Close();
 }
 
 // Tests that closing a client while its run's first gang call is on the
