@@ -347,6 +347,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     absl::MutexLock lock(&mu_);
     peer_name_ = (*connection)->peer().name;
     connection_ = *std::move(connection);
+    serving_ = true;
     if (closed_) connection_->Close("the island is shutting down");
   }
 
@@ -441,6 +442,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (!in.ParseFromString(request.island())) return absl::InvalidArgumentError("not an IslandRequest");
     IslandResponse out;
     absl::MutexLock lock(&mu_);
+    // The connection serves as soon as its handshake ends, perhaps before
+    // Run has taken it and the peer's name: a request waits for that (the
+    // tenant's client is named by it).
+    auto serving = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return serving_ || closed_; };
+    mu_.Await(absl::Condition(&serving));
     switch (in.kind_case()) {
       case IslandRequest::kDescribe: {
         out.mutable_info()->set_name(server_->options_.name);
@@ -789,6 +795,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Set once Run holds the connection and the peer's name; stays set.
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
   std::string peer_name_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
