@@ -725,6 +725,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     }
     absl::StatusOr<Execution> run = missing.ok() ? c->Execute(exe, inputs, {.tag = tag, .deadline = deadline})
                                                  : absl::StatusOr<Execution>(missing);
+    bool cancel_now = false;
     auto report = [this, program_id, tag](const absl::Status& s) { ReportRun(program_id, tag, s); };
     {
       absl::MutexLock lock(&mu_);
@@ -737,12 +738,16 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       } else {
         runs_.erase({program_id, tag});
       }
+      // A cancel that came while the run was being started (its entry
+      // still empty) applies now.
+      cancel_now = cancelled_.erase({program_id, tag}) > 0 && run.ok();
     }
     if (!run.ok()) {
       FailSends(*exe, tag, run.status());
       report(run.status());
       return;
     }
+    if (cancel_now) (void)c->Cancel(*run);
     outbox_->Push([this, run = *run, report, program_id, tag] {
       const absl::Status s = run.Await();
       {

@@ -754,6 +754,14 @@ TEST(IslandServerTest, CancelledRunWaitingForAPeerEndsAndTheNextIsServed) {
   EXPECT_ERROR(b.Execute(1), absl::StatusCode::kInvalidArgument, "run 1 of program", "already in progress");
   ASSERT_OK(b.Cancel(1));
   EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kCancelled, "cancelled by client", "had not come");
+  // Cancels right behind their runs meet them queued on the session's
+  // worker, being started or started (once, a cancel that came while its run
+  // was being started was lost, and the run waited for ever).
+  for (uint64_t tag = 10; tag < 30; ++tag) {
+    ASSERT_OK(b.Execute(tag));
+    ASSERT_OK(b.Cancel(tag));
+    EXPECT_ERROR(b.notes.Await(tag), absl::StatusCode::kCancelled, "cancelled");
+  }
   ASSERT_OK(b.Execute(2));
   ASSERT_OK(SendT(*peer, 2));
   EXPECT_OK(b.notes.Await(2));
