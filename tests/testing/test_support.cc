@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,10 +51,24 @@ class ValidationListener : public ::testing::EmptyTestEventListener {
 // the process with its name, state and the kernel function it waits in, then
 // ends the process. The limit is CAUSEWAY_TEST_WATCHDOG_S (default 240 s).
 // One thread for the whole binary, started before any test counts threads.
+//
+// Tests fork children that go on without exec (connection_test's servers,
+// island_test's doomed parent), which is safe only if no other thread holds
+// a lock the child needs, the allocator's above all. So the constructor
+// returns only once the thread has started (its start-up allocates), and a
+// fork waits until the thread is parked in its wait holding nothing.
 class WatchdogListener : public ::testing::EmptyTestEventListener {
  public:
-  WatchdogListener() : limit_(Limit()), thread_([this] { Watch(); }) {}
+  WatchdogListener() : limit_(Limit()), thread_([this] { Watch(); }) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&watching_));
+    }
+    instance_.store(this);
+    pthread_atfork(&BeforeFork, &AfterFork, &AfterFork);
+  }
   ~WatchdogListener() override {
+    instance_.store(nullptr);
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
@@ -97,8 +112,17 @@ class WatchdogListener : public ::testing::EmptyTestEventListener {
     return out;
   }
 
+  // Held across fork(): the thread only runs with mu_ held, so it is waiting.
+  static void BeforeFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (WatchdogListener* w = instance_.load(); w != nullptr) w->mu_.Lock();
+  }
+  static void AfterFork() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (WatchdogListener* w = instance_.load(); w != nullptr) w->mu_.Unlock();
+  }
+
   void Watch() {
     absl::MutexLock lock(&mu_);
+    watching_ = true;
     while (!stop_) {
       const absl::Time deadline = deadline_;
       mu_.AwaitWithDeadline(absl::Condition(&stop_), std::min(deadline, absl::Now() + absl::Seconds(1)));
@@ -114,9 +138,11 @@ class WatchdogListener : public ::testing::EmptyTestEventListener {
   const absl::Duration limit_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool watching_ ABSL_GUARDED_BY(mu_) = false;
   std::string test_ ABSL_GUARDED_BY(mu_);
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::thread thread_;  // last: starts once the rest is built
+  static inline std::atomic<WatchdogListener*> instance_{nullptr};
 };
 
 }  // namespace
