@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/byte_ranges.h"
 #include "runtime/checked_size.h"
 #include "runtime/status.h"
 
@@ -29,15 +30,24 @@ void Inbox::Settle(uint64_t tag, Run& run,
   if (!run.failed.ok()) {
     if (run.expected) {
       done->emplace_back(run.done, run.failed);
-      runs_.erase(tag);
+      Forget(tag, run.failed);
     }
     // Not yet expected: kept, so that Expect fails at once.
     return;
   }
-  if (run.expected && run.received == run.total) {
+  if (run.expected && run.ranges.bytes() == run.total) {
     done->emplace_back(run.done, absl::OkStatus());
-    runs_.erase(tag);
+    Forget(tag, absl::FailedPreconditionError(absl::StrCat(name_, ": run ", tag, " has had its value")));
   }
+}
+
+void Inbox::Forget(uint64_t tag, absl::Status late) {
+  runs_.erase(tag);
+  if (settled_.size() >= kRememberedRuns) {
+    settled_.erase(settled_order_.front());
+    settled_order_.pop_front();
+  }
+  if (settled_.insert_or_assign(tag, std::move(late)).second) settled_order_.push_back(tag);
 }
 
 Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target> targets) {
@@ -104,12 +114,22 @@ absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent 0 bytes at offset ", offset));
   }
   RETURN_IF_ERROR(CheckRange(offset, length, total, absl::StrCat(name_, ": run ", tag)));
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  absl::StatusOr<Slot> slot = BeginRange(tag, offset, length, total, &done);
+  for (auto& [promise, status] : done) promise->Set(status);
+  return slot;
+}
+
+absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
+    uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+    std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done) {
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
   if (total > max_total_) {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
                                                    " bytes; its receive takes at most ", max_total_));
   }
+  if (auto late = settled_.find(tag); late != settled_.end()) return late->second;
   auto& slot = runs_[tag];
   if (slot == nullptr) {
     slot = std::make_unique<Run>();
@@ -121,9 +141,17 @@ absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
                                                    " bytes where ", run.total, " were expected"));
   }
-  if (run.received + length > run.total) {
-    return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent more than its ", run.total,
-                                                   " bytes"));
+  // The run fails with `status`, now if nothing is being written into it.
+  auto fail = [&](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    run.failed = status;
+    if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
+    Settle(tag, run, done);  // may forget the run
+    return status;
+  };
+  // Within the value (checked above) and overlapping nothing begun, the
+  // bytes counted reach the total exactly when every byte has come.
+  if (absl::Status taken = run.ranges.Add(offset, length, absl::StrCat(name_, ": run ", tag)); !taken.ok()) {
+    return fail(std::move(taken));
   }
   Range range;
   range.offset = offset;
@@ -144,9 +172,8 @@ absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t
       range.data = range.own.data();
     }
   }
-  // The bytes are counted now, so a second writer of too much is refused
-  // before it writes; a failed End fails the run anyway.
-  run.received += length;
+  // The bytes were counted above, so a second writer of the same bytes is
+  // refused before it writes; a failed End fails the run anyway.
   const uint64_t id = next_slot_++;
   uint8_t* data = range.data;
   run.open.emplace(id, std::move(range));
@@ -184,6 +211,7 @@ void Inbox::Fail(uint64_t tag, const absl::Status& status) {
   std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
   {
     absl::MutexLock lock(&mu_);
+    if (settled_.contains(tag)) return;  // over already
     auto& slot = runs_[tag];
     if (slot == nullptr) slot = std::make_unique<Run>();
     if (slot->failed.ok()) slot->failed = status;

@@ -12,6 +12,7 @@
 #define CAUSEWAY_SCHEDULER_INBOX_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/byte_ranges.h"
 #include "runtime/future.h"
 #include "scheduler/channel.h"
 
@@ -51,7 +53,12 @@ class Inbox {
   // The memory stays valid until the matching End. InvalidArgument when the
   // range is outside the value, `total` is more than max_total (refused
   // before anything is allocated) or disagrees with what this run expects;
-  // FailedPrecondition when the run already failed or completed.
+  // the run's own error when it already failed, FailedPrecondition when it
+  // has had its whole value (for the last kRememberedRuns runs). A range that overlaps one
+  // already begun (bytes sent twice) fails the run with DataLoss: counted
+  // twice, they would complete the value with bytes never sent; a value in
+  // more than ByteRanges::kMaxPieces separate pieces fails it with
+  // ResourceExhausted.
   struct Slot {
     uint8_t* data = nullptr;
     uint64_t id = 0;  // for End
@@ -83,7 +90,7 @@ class Inbox {
   };
   struct Run {
     uint64_t total = 0;
-    uint64_t received = 0;
+    ByteRanges ranges;  // begun so far
     bool expected = false;
     std::vector<Channel::Target> targets;
     std::vector<uint8_t> early;  // bytes that came before Expect
@@ -92,6 +99,11 @@ class Inbox {
     absl::Status failed;
     absl::flat_hash_map<uint64_t, Range> open;  // by slot id
   };
+  // Begin after the checks that need no lock; a receive that the range
+  // fails is added to `done`, to be resolved outside the lock.
+  absl::StatusOr<Slot> BeginRange(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+                                  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Copies the run's early bytes into its targets.
   void Place(Run& run, uint64_t offset, const uint8_t* data, uint64_t length) const;
   // Resolves and forgets `tag` if it is complete or failed (returns the
@@ -99,12 +111,22 @@ class Inbox {
   void Settle(uint64_t tag, Run& run, std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Forgets a run that is over; `late` is what bytes for it get from now on.
+  void Forget(uint64_t tag, absl::Status late) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // How many runs that are over are remembered, so that bytes coming after
+  // (sent twice, or after the run failed here) are refused rather than kept
+  // for a receive that will not come.
+  static constexpr size_t kRememberedRuns = 1024;
+
   const std::string name_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Run>> runs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t max_total_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Status> settled_ ABSL_GUARDED_BY(mu_);  // by tag: what late bytes get
+  std::deque<uint64_t> settled_order_ ABSL_GUARDED_BY(mu_);                   // oldest first
 };
 
 }  // namespace causeway

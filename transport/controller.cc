@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/byte_ranges.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "scheduler/program_def.h"
@@ -47,7 +48,8 @@ struct Controller::PendingRun {
 struct Controller::PendingFetch {
   int island = 0;
   std::vector<uint8_t> bytes;
-  uint64_t received = 0;  // guarded by the controller's lock
+  ByteRanges begun;       // guarded by the controller's lock: each byte once
+  uint64_t received = 0;  // guarded by the controller's lock: bytes in place
   std::shared_ptr<Promise<>> promise = std::make_shared<Promise<>>();
 };
 
@@ -105,6 +107,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Connect(const std::vecto
         return absl::InvalidArgumentError(absl::StrCat("fetch ", h.tag(), " of ", f.bytes.size(),
                                                        " bytes got an object of ", h.total()));
       }
+      // Bytes sent twice would count toward the size with others missing.
+      RETURN_IF_ERROR(f.begun.Add(h.offset(), h.length(), absl::StrCat("fetch ", h.tag())));
       self->islands_[index]->writing = it->second;
       return f.bytes.data() + h.offset();
     };

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/byte_ranges.h"
 #include "runtime/checked_size.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
@@ -314,7 +315,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   };
   struct Upload {
     std::vector<uint8_t> bytes;
-    uint64_t received = 0;
+    ByteRanges begun;  // each byte once: bytes sent twice fail the session
   };
 
   void Run() {
@@ -371,6 +372,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
                                                        " of ", bytes, " bytes"));
       }
       Upload& up = uploads_[h.tag()];
+      RETURN_IF_ERROR(up.begun.Add(h.offset(), h.length(), absl::StrCat("the upload to array ", h.tag())));
       if (up.bytes.empty()) up.bytes.resize(bytes);
       return up.bytes.data() + h.offset();
     }
@@ -404,9 +406,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       return;
     }
     absl::MutexLock lock(&mu_);
+    // Chunks begin and end one at a time, in order: all begun is all in.
     Upload& up = uploads_[h.tag()];
-    up.received += h.length();
-    if (up.received < up.bytes.size()) return;
+    if (up.begun.bytes() < up.bytes.size()) return;
     auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(up.bytes));
     uploads_.erase(h.tag());
     auto a = arrays_.find(h.tag());

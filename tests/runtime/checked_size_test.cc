@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/byte_ranges.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -65,6 +66,44 @@ TEST(CheckedSizeTest, Ranges) {
                "frame: 17 bytes at offset 16 run past the end of a 32-byte object");
   EXPECT_ERROR(CheckRange(kMax, 16, 32, "frame"), absl::StatusCode::kInvalidArgument, "run past the end");
   EXPECT_ERROR(CheckRange(16, kMax, 32, "frame"), absl::StatusCode::kInvalidArgument, "run past the end");
+}
+
+// Tests that byte ranges count each byte once: pieces in any order join,
+// and a piece that overlaps one taken (the same bytes, a part of them, or
+// bytes on both sides) is DataLoss naming both and takes nothing.
+TEST(ByteRangesTest, CountsEachByteOnceAndRefusesOverlaps) {
+  ByteRanges ranges;
+  ASSERT_OK(ranges.Add(100, 50, "upload"));
+  ASSERT_OK(ranges.Add(0, 50, "upload"));
+  EXPECT_EQ(ranges.pieces(), 2u);
+  EXPECT_ERROR(ranges.Add(100, 50, "upload"), absl::StatusCode::kDataLoss,
+               "upload sent bytes [100, 150) of its value, overlapping bytes [100, 150) it had sent already");
+  EXPECT_ERROR(ranges.Add(40, 20, "upload"), absl::StatusCode::kDataLoss, "bytes [40, 60)", "bytes [0, 50)");
+  EXPECT_ERROR(ranges.Add(60, 50, "upload"), absl::StatusCode::kDataLoss, "bytes [60, 110)",
+               "bytes [100, 150)");
+  EXPECT_ERROR(ranges.Add(10, 200, "upload"), absl::StatusCode::kDataLoss, "bytes [10, 210)");
+  EXPECT_ERROR(ranges.Add(149, 1, "upload"), absl::StatusCode::kDataLoss, "bytes [149, 150)");
+  EXPECT_EQ(ranges.bytes(), 100u);
+  // The gap, exactly: one piece.
+  ASSERT_OK(ranges.Add(50, 50, "upload"));
+  EXPECT_EQ(ranges.pieces(), 1u);
+  EXPECT_EQ(ranges.bytes(), 150u);
+  // At the top of the 64-bit range.
+  ASSERT_OK(ranges.Add(kMax - 10, 10, "upload"));
+  EXPECT_ERROR(ranges.Add(kMax - 1, 1, "upload"), absl::StatusCode::kDataLoss);
+}
+
+// Tests that a piece standing alone past kMaxPieces is ResourceExhausted,
+// while one joining a piece kept is taken whatever the count.
+TEST(ByteRangesTest, BoundsTheSeparatePiecesKept) {
+  ByteRanges ranges;
+  for (uint64_t i = 0; i < ByteRanges::kMaxPieces; ++i) ASSERT_OK(ranges.Add(2 * i, 1, "value"));
+  EXPECT_ERROR(ranges.Add(2 * ByteRanges::kMaxPieces, 1, "value"), absl::StatusCode::kResourceExhausted,
+               "value sent its value in more than 4096 separate pieces");
+  ASSERT_OK(ranges.Add(2 * ByteRanges::kMaxPieces - 1, 1, "value"));  // joins the last piece
+  ASSERT_OK(ranges.Add(1, 1, "value"));                               // joins the first two
+  EXPECT_EQ(ranges.pieces(), ByteRanges::kMaxPieces - 1);
+  EXPECT_EQ(ranges.bytes(), ByteRanges::kMaxPieces + 2);
 }
 
 }  // namespace

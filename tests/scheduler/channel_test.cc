@@ -136,8 +136,8 @@ TEST(InboxTest, ReceiveDuringAnEarlyWriteLeavesTheOpenRangeToItsWriter) {
   EXPECT_EQ(inbox.pending(), 0u);
 }
 
-// Tests that ranges outside the value, a disagreeing total and too many bytes
-// are refused, and a failed run fails its receive whenever it comes.
+// Tests that ranges outside the value, a disagreeing total and bytes sent
+// twice are refused, and a failed run fails its receive whenever it comes.
 TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
   auto rt = MakeRuntime(1);
   Accelerator* acc = rt->accelerator(0);
@@ -148,7 +148,8 @@ TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
   EXPECT_ERROR(inbox.Deliver(1, UINT64_MAX - 2, 64, bytes.data(), 8), absl::StatusCode::kInvalidArgument);
   EXPECT_ERROR(inbox.Deliver(1, 0, 64, bytes.data(), 0), absl::StatusCode::kInvalidArgument);
   ASSERT_OK(inbox.Deliver(2, 0, 64, bytes.data(), 64));
-  EXPECT_ERROR(inbox.Deliver(2, 0, 64, bytes.data(), 1), absl::StatusCode::kInvalidArgument, "more than its 64");
+  EXPECT_ERROR(inbox.Deliver(2, 0, 64, bytes.data(), 1), absl::StatusCode::kDataLoss, "bytes [0, 1)",
+               "overlapping bytes [0, 64)");
   ASSERT_OK(inbox.Deliver(3, 0, 64, bytes.data(), 8));
   EXPECT_ERROR(inbox.Deliver(3, 8, 128, bytes.data(), 8), absl::StatusCode::kInvalidArgument, "128 bytes where 64");
   // Failed before its receive: the receive fails at once.
@@ -166,6 +167,78 @@ TEST(InboxTest, RefusesBadRangesAndPropagatesFailure) {
   EXPECT_ERROR(inbox.Expect(8, 64, Targets(acc, {{0, 64}})).AwaitStatus(absl::Now() + kRunTimeout),
                absl::StatusCode::kUnavailable, "island 'a' lost");
   EXPECT_ERROR(inbox.Deliver(9, 0, 64, bytes.data(), 64), absl::StatusCode::kUnavailable);
+}
+
+// Tests that bytes sent twice, the same range or an overlapping one, fail
+// the value with DataLoss whether they come before or after the receive:
+// counted as received, they would complete it with bytes never sent.
+TEST(InboxTest, BytesSentTwiceFailTheValue) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  const std::vector<uint8_t> value = Pattern(64, 1);
+  for (bool early : {true, false}) {
+    SCOPED_TRACE(early ? "before the receive" : "after the receive");
+    Inbox inbox("channel 2 from island 'b'");
+    Future<> same, overlap;
+    if (!early) {
+      same = inbox.Expect(1, 64, Targets(acc, {{0, 64}}));
+      overlap = inbox.Expect(2, 64, Targets(acc, {{0, 64}}));
+    }
+    // The first half twice: 64 bytes counted, the second half never sent.
+    ASSERT_OK(inbox.Deliver(1, 0, 64, value.data(), 32));
+    EXPECT_ERROR(inbox.Deliver(1, 0, 64, value.data(), 32), absl::StatusCode::kDataLoss,
+                 "channel 2 from island 'b': run 1 sent bytes [0, 32)", "overlapping bytes [0, 32)");
+    // Overlapping the end of what came, then the start of what came.
+    ASSERT_OK(inbox.Deliver(2, 16, 64, value.data() + 16, 16));
+    ASSERT_OK(inbox.Deliver(2, 40, 64, value.data() + 40, 24));
+    EXPECT_ERROR(inbox.Deliver(2, 24, 64, value.data() + 24, 24), absl::StatusCode::kDataLoss,
+                 "bytes [24, 48)", "overlapping bytes [40, 64)");
+    // Failed: what comes next for the run is refused with the same error.
+    EXPECT_ERROR(inbox.Deliver(2, 0, 64, value.data(), 16), absl::StatusCode::kDataLoss, "bytes [24, 48)");
+    if (early) {
+      same = inbox.Expect(1, 64, Targets(acc, {{0, 64}}));
+      overlap = inbox.Expect(2, 64, Targets(acc, {{0, 64}}));
+    }
+    EXPECT_ERROR(same.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kDataLoss, "bytes [0, 32)");
+    EXPECT_ERROR(overlap.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kDataLoss,
+                 "bytes [24, 48)");
+    EXPECT_EQ(inbox.pending(), 0u);
+    // Adjacent pieces in any order are one value, not an overlap.
+    auto targets = Targets(acc, {{0, 64}});
+    Future<> whole = inbox.Expect(3, 64, targets);
+    for (uint64_t offset : {32, 0, 48, 16})
+      ASSERT_OK(inbox.Deliver(3, offset, 64, value.data() + offset, 16));
+    ASSERT_OK(whole.AwaitStatus(absl::Now() + kRunTimeout));
+    EXPECT_EQ(Bytes(targets[0]), value);
+    // Over: bytes sent again are refused, not kept for a receive to come.
+    EXPECT_ERROR(inbox.Deliver(3, 0, 64, value.data(), 16), absl::StatusCode::kFailedPrecondition,
+                 "run 3 has had its value");
+    EXPECT_EQ(inbox.pending(), 0u);
+  }
+}
+
+// Tests that a value sent in more separate pieces than an inbox keeps track
+// of fails with ResourceExhausted, while one sent in order in as many pieces
+// (each joining the last) is received.
+TEST(InboxTest, AValueInTooManySeparatePiecesIsRefused) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  constexpr uint64_t kPieces = ByteRanges::kMaxPieces + 1;
+  const std::vector<uint8_t> value = Pattern(2 * kPieces, 4);
+  Inbox inbox("test inbox");
+  // Every other byte: each piece stands alone.
+  for (uint64_t i = 0; i < ByteRanges::kMaxPieces; ++i)
+    ASSERT_OK(inbox.Deliver(1, 2 * i, value.size(), &value[2 * i], 1));
+  EXPECT_ERROR(
+      inbox.Deliver(1, 2 * ByteRanges::kMaxPieces, value.size(), &value[2 * ByteRanges::kMaxPieces], 1),
+      absl::StatusCode::kResourceExhausted, "run 1 sent its value in more than 4096 separate pieces");
+  // In order, byte by byte, each piece joins the last: one piece at a time.
+  auto targets = Targets(acc, {{0, value.size()}});
+  Future<> done = inbox.Expect(2, value.size(), targets);
+  for (uint64_t i = 0; i < value.size(); ++i) ASSERT_OK(inbox.Deliver(2, i, value.size(), &value[i], 1));
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(targets[0]), value);
+  EXPECT_EQ(inbox.pending(), 1u);  // run 1, failed, waits for its receive
 }
 
 // Two islands in one process, each over a runtime of its own.

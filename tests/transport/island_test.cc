@@ -37,6 +37,7 @@
 #include "scheduler/program_def.pb.h"
 #include "scheduler/split.h"
 #include "tests/testing/test_support.h"
+#include "tests/transport/loopback.h"
 #include "transport/connection.h"
 #include "transport/control.pb.h"
 #include "transport/controller.h"
@@ -55,6 +56,8 @@ using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
 using ::causeway::testing::SettledEntries;
 using ::causeway::testing::ValueOrThrow;
+using ::causeway::transport::testing::In;
+using ::causeway::transport::testing::ListenOnLoopback;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kRunTimeout = absl::Seconds(30);
@@ -541,6 +544,101 @@ TEST(IslandServerTest, TheEndOfAPeerLinkFailsOnlyTheChannelsItCarried) {
   EXPECT_THAT(std::string(lost.message()), HasSubstr("isl-a is going away"));
 }
 
+// Waits up to kRunTimeout for `c` to fail; its status.
+absl::Status AwaitConnectionFailure(const Connection& c) {
+  const absl::Time deadline = absl::Now() + kRunTimeout;
+  while (c.status().ok() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  return c.status();
+}
+
+// Tests that bytes of a value sent twice are refused, not counted toward
+// the value: a channel's run whose first half comes twice fails instead of
+// completing with a second half never sent, and the link that sent it is
+// closed naming the bytes (so the channel's later runs fail too, as when a
+// peer is lost, while the controller's session goes on); an upload whose
+// first half comes twice closes the controller's connection, naming the
+// array, instead of writing it.
+TEST(IslandServerTest, BytesSentTwiceAreRefusedNotCounted) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-b";
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  PartBOnIsland b;
+  ASSERT_OK(b.Load(where));
+  const std::vector<float> t = RandomFloats(kRows * kCols, 3);
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
+  const absl::Span<const uint8_t> half = bytes.first(bytes.size() / 2);
+  {
+    ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
+    ASSERT_OK(OpenChannel777(*link));
+    ASSERT_OK(b.Execute(1));
+    ASSERT_OK(link->SendData(777, 1, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+    ASSERT_OK(link->SendData(777, 1, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+    EXPECT_ERROR(
+        AwaitConnectionFailure(*link), absl::StatusCode::kUnavailable, "closed the connection",
+        "channel 777 from island 'isl-a': run 1 sent bytes [0, 8192) of its value, overlapping bytes [0, "
+        "8192) it had sent already");
+    EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kDataLoss, "overlapping bytes [0, 8192)");
+  }
+  ASSERT_OK(b.Execute(2));
+  EXPECT_ERROR(b.notes.Await(2), absl::StatusCode::kDataLoss, "overlapping bytes [0, 8192)");
+  EXPECT_OK(b.controller->status());
+  // The upload: the controller's own connection.
+  ASSERT_OK(b.controller->SendData(kUploadStream, b.w, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+  ASSERT_OK(b.controller->SendData(kUploadStream, b.w, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+  EXPECT_ERROR(
+      AwaitConnectionFailure(*b.controller), absl::StatusCode::kUnavailable, "closed the connection",
+      absl::StrCat("the upload to array ", b.w, " sent bytes [0, 8192) of its value, overlapping bytes [0, ",
+                   "8192) it had sent already"));
+}
+
+// Tests that a controller's download refuses bytes an island sends twice:
+// an island (here a raw one) that sends the first half of an array twice
+// and says the fetch is done fails the download with DataLoss, instead of
+// handing back a second half it never sent.
+TEST(ControllerTest, DownloadRefusesBytesSentTwice) {
+  ASSERT_OK_AND_ASSIGN(Socket listener, ListenOnLoopback());
+  const std::vector<uint8_t> half(512, 7);
+  std::unique_ptr<Connection> island;
+  std::atomic<Connection*> self{nullptr};
+  // Answers a fetch with the first half twice, then says it is done.
+  auto handler = [&](const Request& r) -> absl::StatusOr<Response> {
+    IslandRequest in;
+    if (!in.ParseFromString(r.island()) || !in.has_fetch()) return absl::UnimplementedError("fetch only");
+    const uint64_t fetch = in.fetch().fetch();
+    for (int i = 0; i < 2; ++i)
+      RETURN_IF_ERROR(self.load()->SendData(kFetchStream, fetch, 0, 1024, half, In(kRunTimeout)));
+    IslandRequest done;
+    done.mutable_fetch_done()->set_fetch(fetch);
+    Request note;
+    note.set_island(done.SerializeAsString());
+    RETURN_IF_ERROR(self.load()->Notify(note, In(kRunTimeout)));
+    Response ok;
+    ok.set_island(IslandResponse().SerializeAsString());
+    return ok;
+  };
+  std::thread acceptor([&] {
+    absl::StatusOr<Socket> socket = listener.Accept(In(kRunTimeout));
+    ASSERT_TRUE(socket.ok()) << socket.status();
+    ServerHandshakeOptions handshake;
+    handshake.name = "two-faced";
+    absl::StatusOr<std::unique_ptr<Connection>> c =
+        Connection::Accept(*std::move(socket), handshake, ConnectionOptions{}, handler);
+    ASSERT_TRUE(c.ok()) << c.status();
+    island = *std::move(c);
+    self = island.get();
+  });
+  ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({absl::StrCat("127.0.0.1:", listener.port())}));
+  acceptor.join();
+  ASSERT_NE(self.load(), nullptr);
+  const RemoteArray array{0, 1, {256}, DType::kF32};
+  std::vector<uint8_t> host(1024);
+  EXPECT_ERROR(controller->Download(array, host.data(), host.size(), In(kRunTimeout)),
+               absl::StatusCode::kUnavailable,
+               "fetch 1 sent bytes [0, 512) of its value, overlapping bytes [0, 512)");
+}
+
 // The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
 // of one accelerator: input x (one i32, unused), output out (65 i32); `groups`
 // workgroups sized to run about `length` on this machine's CPU driver (as
@@ -753,7 +851,12 @@ TEST(IslandServerTest, CancelledRunWaitingForAPeerEndsAndTheNextIsServed) {
   ASSERT_OK(b.Execute(1));
   EXPECT_ERROR(b.Execute(1), absl::StatusCode::kInvalidArgument, "run 1 of program", "already in progress");
   ASSERT_OK(b.Cancel(1));
-  EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kCancelled, "cancelled by client", "had not come");
+  // Execute answers once the run is queued on the session's worker, so the
+  // cancel may find it not yet started, started, or waiting for its value
+  // ("cancelled by its controller before it started", or "by client ...
+  // (its value from another island had not come)"): each way it ends now.
+  EXPECT_ERROR(b.notes.Await(1), absl::StatusCode::kCancelled, "run 1 of program 'pipeline@isl-b'",
+               "cancelled by");
   // Cancels right behind their runs meet them queued on the session's
   // worker, being started or started (once, a cancel that came while its run
   // was being started was lost, and the run waited for ever).
