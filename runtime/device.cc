@@ -310,6 +310,24 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   p->push_descriptors = push_descriptors();
   absl::flat_hash_map<uint32_t, uint32_t> spec_map(spec.begin(), spec.end());
   p->local_size = ResolveLocalSize(r, spec_map);
+  {
+    // Vulkan leaves a pipeline beyond the device's workgroup limits
+    // undefined; Function::Create's bound (1024) is below no device's
+    // invocations limit but above some devices' z size (64).
+    const std::array<uint32_t, 3>& local = p->local_size;
+    const VkPhysicalDeviceLimits& limits = info_.limits;
+    bool fits = true;
+    for (int d = 0; d < 3; ++d) fits &= local[d] >= 1 && local[d] <= limits.maxComputeWorkGroupSize[d];
+    // Each dimension is at most 2^32 - 1: the product fits in 128 bits, not
+    // 64, so it is taken only once each dimension is within the device's.
+    if (!fits || uint64_t{local[0]} * local[1] * local[2] > limits.maxComputeWorkGroupInvocations) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kernel '", kernel->name(), "': workgroup size ", local[0], "x", local[1], "x", local[2],
+          " on device '", info_.name, "', which allows at most ", limits.maxComputeWorkGroupSize[0], "x",
+          limits.maxComputeWorkGroupSize[1], "x", limits.maxComputeWorkGroupSize[2], " and ",
+          limits.maxComputeWorkGroupInvocations, " invocations"));
+    }
+  }
   VkShaderModule module = VK_NULL_HANDLE;
   // Everything made below is destroyed on an error path.
   auto cleanup = absl::MakeCleanup([&] {

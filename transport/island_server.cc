@@ -606,9 +606,14 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
           return refuse(absl::InvalidArgumentError(
               absl::StrCat("program ", program_id, " has ", count, " outputs; ", outputs.size(), " ids given")));
         } else {
+          absl::flat_hash_set<uint64_t> given;
           for (uint64_t id : outputs) {
             if (id < kControllerIds || arrays_.contains(id) || pending_.contains(id)) {
               return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is in use or below 2^62")));
+            }
+            // Twice, one output would replace the other silently.
+            if (!given.insert(id).second) {
+              return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is given twice")));
             }
           }
         }

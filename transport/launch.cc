@@ -488,24 +488,26 @@ absl::Status IslandRegistry::Register(const RegisterIsland& island) {
     return absl::FailedPreconditionError(absl::StrCat("register_island from ", who, ": num_processes ", n,
                                                       " disagrees with the launch's ", num_processes_));
   }
-  if (auto it = islands_.find(island.process_id()); it != islands_.end()) {
-    if (it->second.address() != island.address()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "register_island from ", who, ": process id ", island.process_id(), " is already registered by ",
-          Describe(it->second), "; two processes claim one id (check the launch's rank variables)"));
-    }
-    it->second = island;  // the same island again, perhaps renamed
-    return absl::OkStatus();
+  auto same = islands_.find(island.process_id());
+  if (same != islands_.end() && same->second.address() != island.address()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "register_island from ", who, ": process id ", island.process_id(), " is already registered by ",
+        Describe(same->second), "; two processes claim one id (check the launch's rank variables)"));
   }
+  // Controllers find islands by name and connect by address: each names
+  // one island.
   for (const auto& [id, other] : islands_) {
-    if (other.address() == island.address()) {
-      return absl::AlreadyExistsError(absl::StrCat("register_island from ", who, ": address ",
-                                                   island.address(), " is already registered by ",
-                                                   Describe(other)));
+    if (id == island.process_id()) continue;
+    if (other.address() == island.address() || other.name() == island.name()) {
+      const bool address = other.address() == island.address();
+      return absl::AlreadyExistsError(
+          absl::StrCat("register_island from ", who, ": ", address ? "address " : "name '",
+                       address ? island.address() : island.name(), address ? "" : "'",
+                       " is already registered by ", Describe(other)));
     }
   }
   num_processes_ = n;
-  islands_[island.process_id()] = island;
+  islands_[island.process_id()] = island;  // new, or the same island again, perhaps renamed
   return absl::OkStatus();
 }
 

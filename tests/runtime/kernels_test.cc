@@ -300,6 +300,30 @@ TEST_F(KernelsTest, ReduceSumWithSpecializedWorkgroupSizes) {
   }
 }
 
+// Tests that a workgroup size beyond the device's limits, here set by a
+// specialization constant, is refused naming the kernel, the size and the
+// limits, before a pipeline is made (Vulkan leaves one undefined).
+TEST_F(KernelsTest, WorkgroupSizeBeyondTheDeviceIsRefused) {
+  ASSERT_OK_AND_ASSIGN(auto kernel, BuiltinKernel("reduce_sum"));
+  const VkPhysicalDeviceLimits& limits = acc_->info().limits;
+  ASSERT_OK_AND_ASSIGN(auto x, SentinelBuffer(acc_, 64));
+  ASSERT_OK_AND_ASSIGN(auto out, SentinelBuffer(acc_, 64));
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList("too large"));
+  const uint32_t over =
+      std::min(limits.maxComputeWorkGroupSize[0], limits.maxComputeWorkGroupInvocations) + 1;
+  EXPECT_ERROR(list->Dispatch(kernel, {x, out}, CountParams{64}, {1, 1, 1}, {{0, over}}),
+               absl::StatusCode::kInvalidArgument, "kernel 'reduce_sum': workgroup size ",
+               absl::StrCat(over, "x1x1 on device"),
+               absl::StrCat(limits.maxComputeWorkGroupInvocations, " invocations"));
+  EXPECT_ERROR(list->Dispatch(kernel, {x, out}, CountParams{64}, {1, 1, 1}, {{0, 0}}),
+               absl::StatusCode::kInvalidArgument, "workgroup size 0x1x1");
+  // At the limit, it runs.
+  const uint32_t most = over - 1;
+  ASSERT_OK(RunList(acc_, [&](CommandList& l) -> absl::Status {
+    return l.Dispatch(kernel, {x, out}, CountParams{1}, {1, 1, 1}, {{0, most}});
+  }));
+}
+
 // Tests ops::Matmul against the CPU reference for edge-heavy shapes and every
 // tile size, and that nothing is written past C.
 TEST_F(KernelsTest, MatmulMatchesCpu) {

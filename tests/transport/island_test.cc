@@ -695,6 +695,50 @@ ProgramDef AddDef(const std::string& name, int n) {
   return def;
 }
 
+// Tests that a run naming one output id twice is refused (one output would
+// replace the other silently), while distinct ids are served.
+TEST(IslandServerTest, AnOutputIdGivenTwiceIsRefused) {
+  auto rt = MakeRuntime(1);
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), IslandServerOptions{.name = "isl"}));
+  ASSERT_OK_AND_ASSIGN(SocketAddress where, SocketAddress::Parse(server->address().ToString()));
+  RunDoneNotes notes;
+  ASSERT_OK_AND_ASSIGN(auto c, ConnectAs(where, "controller", notes.handler()));
+  IslandRequest mesh;
+  mesh.mutable_allocate_mesh()->add_dims(1);
+  ASSERT_OK_AND_ASSIGN(IslandResponse m, CallIsland(*c, mesh));
+  // y = x + b and z = x + b: two outputs.
+  constexpr int kN = 256;
+  ProgramDef def = AddDef("two-outputs", kN);
+  AddCall(def, "add-again", "add", "m", {"x", "b"}, {"z"});
+  def.add_outputs("z");
+  IslandRequest load;
+  load.mutable_load_program()->set_program(def.SerializeAsString());
+  (*load.mutable_load_program()->mutable_meshes())["m"] = m.id();
+  ASSERT_OK_AND_ASSIGN(IslandResponse loaded, CallIsland(*c, load));
+  std::vector<uint64_t> inputs;
+  for (int i = 0; i < 2; ++i) {
+    IslandRequest create;
+    create.mutable_create_array()->set_mesh(m.id());
+    create.mutable_create_array()->add_shape(kN);
+    create.mutable_create_array()->set_dtype(F32);
+    create.mutable_create_array()->set_sharding(ShardingDef().SerializeAsString());
+    ASSERT_OK_AND_ASSIGN(IslandResponse made, CallIsland(*c, create));
+    inputs.push_back(made.id());
+  }
+  auto execute = [&](uint64_t tag, std::vector<uint64_t> outputs) {
+    IslandRequest run;
+    run.mutable_execute()->set_program(loaded.loaded().id());
+    run.mutable_execute()->set_tag(tag);
+    for (uint64_t id : inputs) run.mutable_execute()->add_inputs(id);
+    for (uint64_t id : outputs) run.mutable_execute()->add_outputs(id);
+    return CallIsland(*c, run).status();
+  };
+  EXPECT_ERROR(execute(1, {kControllerIds + 5, kControllerIds + 5}), absl::StatusCode::kInvalidArgument,
+               absl::StrCat("output id ", kControllerIds + 5, " is given twice"));
+  ASSERT_OK(execute(2, {kControllerIds + 5, kControllerIds + 6}));
+  EXPECT_OK(notes.Await(2));
+}
+
 // y = a + b on `mesh` through `c`, checked against the CPU; `seed` varies
 // the inputs.
 absl::Status RemoteAddAndCheck(Controller& c, const RemoteMesh& mesh, int seed) {

@@ -470,8 +470,8 @@ TEST(IslandRegistryTest, RefusesInconsistentNumProcesses) {
   EXPECT_EQ(listed.island_list().islands_size(), 0);
 }
 
-// Tests that an id taken at another address, or an address taken by another
-// id, is refused and leaves the first registration in place.
+// Tests that an id taken at another address, or an address or a name taken
+// by another id, is refused and leaves the first registration in place.
 TEST(IslandRegistryTest, RefusesDuplicates) {
   IslandRegistry registry;
   ASSERT_OK(Register(registry, Island(1, 2, "10.0.0.2:5000")));
@@ -479,9 +479,18 @@ TEST(IslandRegistryTest, RefusesDuplicates) {
                absl::StatusCode::kAlreadyExists, "process id 1", "island-1", "10.0.0.2:5000", "impostor");
   EXPECT_ERROR(Register(registry, Island(0, 2, "10.0.0.2:5000")), absl::StatusCode::kAlreadyExists,
                "10.0.0.2:5000", "process 1");
+  // One name for two processes: a controller could not tell them apart.
+  EXPECT_ERROR(Register(registry, Island(0, 2, "10.0.0.3:5000", "island-1")),
+               absl::StatusCode::kAlreadyExists, "name 'island-1' is already registered by", "10.0.0.2:5000");
+  // Nor by renaming a registered island to it.
+  ASSERT_OK(Register(registry, Island(0, 2, "10.0.0.3:5000", "island-0")));
+  EXPECT_ERROR(Register(registry, Island(0, 2, "10.0.0.3:5000", "island-1")),
+               absl::StatusCode::kAlreadyExists, "name 'island-1'");
   IslandList list = registry.List();
-  ASSERT_EQ(list.islands_size(), 1);
-  EXPECT_EQ(list.islands(0).address(), "10.0.0.2:5000");
+  ASSERT_EQ(list.islands_size(), 2);
+  EXPECT_EQ(list.islands(0).address(), "10.0.0.3:5000");
+  EXPECT_EQ(list.islands(0).name(), "island-0");
+  EXPECT_EQ(list.islands(1).address(), "10.0.0.2:5000");
 }
 
 // Tests that malformed registrations and other requests are refused.
