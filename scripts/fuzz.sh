@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz: wire_fuzzer, spirv_fuzzer,
-# program_fuzzer) with clang in build-fuzz/ and runs each for FUZZ_SECONDS
-# (default 60) from its seed corpus, with AddressSanitizer and UBSan. Prints
+# program_fuzzer, session_fuzzer) with clang in build-fuzz/ and runs each for
+# FUZZ_SECONDS (default 60) from its seed corpus, with AddressSanitizer and UBSan. Prints
 # the inputs each one ran. A crash fails the script; the input that caused it
 # is kept in build-fuzz/crashes/TARGET/ (add it to the target's corpus as a
 # regression input once fixed). Needs the Debian packages of scripts/test.sh
@@ -24,8 +24,15 @@ fi
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(wire_fuzzer spirv_fuzzer program_fuzzer)
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(wire_fuzzer spirv_fuzzer program_fuzzer session_fuzzer)
+# ccache (installed by install-deps.sh), as in scripts/build.sh: the
+# libraries the targets link are rebuilt with clang on every fresh clone.
+LAUNCHER=()
+if command -v ccache >/dev/null; then
+  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1} CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+fi
+cmake -S . -B "$BUILD_DIR" -G Ninja "${LAUNCHER[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCAUSEWAY_FUZZ=ON -DCAUSEWAY_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

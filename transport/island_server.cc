@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/accelerator.h"
 #include "runtime/byte_ranges.h"
 #include "runtime/checked_size.h"
 #include "runtime/status.h"
@@ -253,6 +254,23 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     worker_.reset();
     outbox_.reset();
     connection.reset();
+    // Everything the session made goes now, not when the last reference to
+    // the session does, so that sessions() counts it until it is back.
+    {
+      absl::flat_hash_map<uint64_t, std::shared_ptr<Mesh>> meshes;
+      absl::flat_hash_map<uint64_t, ArrayRef> arrays;
+      absl::flat_hash_map<uint64_t, LoadedProgram> programs;
+      absl::flat_hash_map<uint64_t, Upload> uploads;
+      {
+        absl::MutexLock lock(&mu_);
+        meshes.swap(meshes_);
+        arrays.swap(arrays_);
+        programs.swap(programs_);
+        uploads.swap(uploads_);
+        client_.reset();
+      }
+    }
+    RetireWhenDone();
   }
 
   // The handshake, then serving; on the session's own thread.
@@ -357,6 +375,15 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       ASSIGN_OR_RETURN(client_, server_->island_->Connect(peer_name_));
     }
     return client_;
+  }
+
+  // Work nobody waits on (an upload, a run whose outputs were released)
+  // retires lazily and holds its buffers until then: the accelerators'
+  // completion threads retire what is submitted so far as it finishes, so
+  // that memory a tenant let go of is back without waiting for the next
+  // tenant's work.
+  void RetireWhenDone() {
+    for (Accelerator* a : server_->runtime_->accelerators()) a->WantCompletion(a->submitted_value());
   }
 
   absl::StatusOr<uint8_t*> BeginData(const DataHeader& h) {
@@ -516,6 +543,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
             dropped = std::move(it->second);
             arrays_.erase(it);
           }
+          RetireWhenDone();
         });
         return IslandReply(out);
       }
