@@ -310,6 +310,17 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
   p->push_descriptors = push_descriptors();
   absl::flat_hash_map<uint32_t, uint32_t> spec_map(spec.begin(), spec.end());
   p->local_size = ResolveLocalSize(r, spec_map);
+  // Beyond the limit a pipeline is invalid usage: lavapipe gives every
+  // thread the memory asked (a tenant could take the island's), another
+  // driver may fail or crash.
+  if (const uint64_t shared = ResolveSharedMemory(r, spec_map);
+      shared > info_.limits.maxComputeSharedMemorySize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel '", kernel->name(),
+                     "': ", shared == UINT64_MAX ? std::string("more than 2^64") : absl::StrCat(shared),
+                     " bytes of workgroup (shared) memory on device '", info_.name,
+                     "', which allows at most ", info_.limits.maxComputeSharedMemorySize));
+  }
   {
     // Vulkan leaves a pipeline beyond the device's workgroup limits
     // undefined; Function::Create's bound (1024) is below no device's

@@ -90,7 +90,9 @@ class Device {
   // The pipeline for `kernel` with `spec` on this device, built at first use
   // through the pipeline cache and kept for the device's lifetime.
   // InvalidArgument when the kernel declares a capability whose feature this
-  // device has not enabled (CheckKernelCapabilities).
+  // device has not enabled (CheckKernelCapabilities), or when its workgroup
+  // size or workgroup (shared) memory, after specialization, is beyond the
+  // device's limits.
   absl::StatusOr<const Pipeline*> GetPipeline(const std::shared_ptr<const Kernel>& kernel,
                                               const SpecValues& spec = {});
 

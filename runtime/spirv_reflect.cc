@@ -213,10 +213,18 @@ class Reflector {
   absl::StatusOr<std::pair<uint32_t, std::optional<uint32_t>>> SizeConstant(uint32_t id) const;
   // The value of an integer constant used as an array length.
   absl::StatusOr<uint64_t> ArrayLength(uint32_t id) const;
+  // The type `type_id` names, reached `depth` types deep: InvalidArgument
+  // past kMaxTypeDepth or if it names no type.
+  absl::StatusOr<const Definition*> TypeAt(uint32_t type_id, int depth) const;
   // Bytes a value of `type` occupies in a block; `member` carries the
   // matrix layout of the enclosing struct member, if any.
   absl::StatusOr<uint64_t> SizeOf(uint32_t type, const MemberDecorations* member, int depth);
   absl::StatusOr<uint64_t> StructSize(uint32_t id, int depth);
+  // The terms of a Workgroup variable's size (see SharedMemoryTerm), merged
+  // by their SpecIds; memoized, so that a type reached by many paths is
+  // walked once.
+  absl::StatusOr<std::vector<SharedMemoryTerm>> SharedTerms(uint32_t type, int depth);
+  absl::Status ReflectSharedMemory(KernelReflection& reflection);
 
   const Definition* Find(uint32_t id) const {
     auto it = definitions_.find(id);
@@ -257,6 +265,7 @@ class Reflector {
   std::vector<uint32_t> spec_constant_ids_;  // in module order
   std::vector<Variable> variables_;          // in module order
   absl::flat_hash_set<uint32_t> functions_;  // OpFunction result ids
+  absl::flat_hash_map<uint32_t, std::vector<SharedMemoryTerm>> shared_terms_;
   uint32_t open_function_ = 0;               // the function being walked, 0 between them
   absl::flat_hash_map<uint32_t, uint64_t> struct_sizes_;
   absl::flat_hash_set<uint32_t> structs_in_progress_;
@@ -496,6 +505,7 @@ absl::StatusOr<KernelReflection> Reflector::Build() {
   RETURN_IF_ERROR(ReflectLocalSize(compute[0]->id, reflection));
   RETURN_IF_ERROR(ReflectSpecConstants(reflection));
   RETURN_IF_ERROR(ReflectVariables(reflection));
+  RETURN_IF_ERROR(ReflectSharedMemory(reflection));
   return reflection;
 }
 
@@ -670,6 +680,104 @@ absl::Status Reflector::ReflectVariables(KernelReflection& reflection) {
   return absl::OkStatus();
 }
 
+// Adds `terms` times `factor` to `into`, merging terms of the same SpecIds.
+absl::Status AddTerms(const std::vector<SharedMemoryTerm>& terms, uint64_t factor,
+                      std::optional<uint32_t> spec_id, std::vector<SharedMemoryTerm>& into) {
+  for (SharedMemoryTerm t : terms) {
+    if (__builtin_mul_overflow(t.bytes, factor, &t.bytes)) {
+      return absl::InvalidArgumentError("the module's workgroup memory overflows 64 bits");
+    }
+    if (spec_id)
+      t.spec_ids.insert(std::upper_bound(t.spec_ids.begin(), t.spec_ids.end(), *spec_id), *spec_id);
+    auto same = std::find_if(into.begin(), into.end(),
+                             [&t](const SharedMemoryTerm& u) { return u.spec_ids == t.spec_ids; });
+    if (same == into.end()) {
+      if (into.size() == kMaxSharedMemoryTerms) {
+        return absl::UnimplementedError(absl::StrCat("the module's workgroup memory depends on more than ",
+                                                     kMaxSharedMemoryTerms,
+                                                     " products of specialization constants"));
+      }
+      into.push_back(std::move(t));
+    } else if (__builtin_add_overflow(same->bytes, t.bytes, &same->bytes)) {
+      return absl::InvalidArgumentError("the module's workgroup memory overflows 64 bits");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Definition*> Reflector::TypeAt(uint32_t type_id, int depth) const {
+  if (depth > kMaxTypeDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("type ", Describe(type_id), " is nested more than ", kMaxTypeDepth, " levels deep"));
+  }
+  const Definition* type = FindType(type_id);
+  if (type == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(type_id), " is used as a type but is not one"));
+  }
+  return type;
+}
+
+absl::StatusOr<std::vector<SharedMemoryTerm>> Reflector::SharedTerms(uint32_t type_id, int depth) {
+  if (auto it = shared_terms_.find(type_id); it != shared_terms_.end()) return it->second;
+  ASSIGN_OR_RETURN(const Definition* type, TypeAt(type_id, depth));
+  std::vector<SharedMemoryTerm> terms;
+  switch (type->opcode) {
+    case spv::OpTypeBool:
+      terms.push_back({4, {}});
+      break;
+    case spv::OpTypeInt:
+    case spv::OpTypeFloat: {
+      ASSIGN_OR_RETURN(uint64_t bytes, SizeOf(type_id, nullptr, depth));
+      terms.push_back({bytes, {}});
+      break;
+    }
+    case spv::OpTypeVector:
+    case spv::OpTypeMatrix: {
+      ASSIGN_OR_RETURN(std::vector<SharedMemoryTerm> part, SharedTerms(type->operands[0], depth + 1));
+      RETURN_IF_ERROR(AddTerms(part, type->operands[1], std::nullopt, terms));
+      break;
+    }
+    case spv::OpTypeArray: {
+      ASSIGN_OR_RETURN(std::vector<SharedMemoryTerm> element, SharedTerms(type->operands[0], depth + 1));
+      ASSIGN_OR_RETURN(uint64_t length, ArrayLength(type->operands[1]));
+      const Definition* constant = Find(type->operands[1]);
+      const Decorations* d = FindDecorations(type->operands[1]);
+      if (constant->opcode == spv::OpSpecConstant && d != nullptr && d->spec_id) {
+        RETURN_IF_ERROR(AddTerms(element, 1, *d->spec_id, terms));
+      } else {
+        RETURN_IF_ERROR(AddTerms(element, length, std::nullopt, terms));
+      }
+      break;
+    }
+    case spv::OpTypeStruct:
+      for (uint32_t member : type->operands) {
+        ASSIGN_OR_RETURN(std::vector<SharedMemoryTerm> part, SharedTerms(member, depth + 1));
+        RETURN_IF_ERROR(AddTerms(part, 1, std::nullopt, terms));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("type ", Describe(type_id), " (opcode ",
+                                                     static_cast<uint32_t>(type->opcode),
+                                                     ") has no size in workgroup memory"));
+  }
+  shared_terms_[type_id] = terms;
+  return terms;
+}
+
+absl::Status Reflector::ReflectSharedMemory(KernelReflection& reflection) {
+  for (const Variable& variable : variables_) {
+    if (variable.storage_class != spv::StorageClassWorkgroup) continue;
+    const Definition* pointer = FindType(variable.pointer_type);
+    if (pointer == nullptr || pointer->opcode != spv::OpTypePointer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable ", Describe(variable.id), " does not have a pointer type"));
+    }
+    ASSIGN_OR_RETURN(std::vector<SharedMemoryTerm> terms, SharedTerms(pointer->operands[1], 0));
+    RETURN_IF_ERROR(AddTerms(terms, 1, std::nullopt, reflection.shared_memory));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Reflector::ReflectBuffer(const Variable& variable, uint32_t struct_id,
                                       std::vector<KernelBinding>& bindings) {
   const Decorations* decorations = FindDecorations(variable.id);
@@ -765,14 +873,7 @@ absl::StatusOr<uint64_t> Reflector::ArrayLength(uint32_t id) const {
 }
 
 absl::StatusOr<uint64_t> Reflector::SizeOf(uint32_t type_id, const MemberDecorations* member, int depth) {
-  if (depth > kMaxTypeDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("type ", Describe(type_id), " is nested more than ", kMaxTypeDepth, " levels deep"));
-  }
-  const Definition* type = FindType(type_id);
-  if (type == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(Describe(type_id), " is used as a type but is not one"));
-  }
+  ASSIGN_OR_RETURN(const Definition* type, TypeAt(type_id, depth));
   auto overflow = [&]() {
     return absl::InvalidArgumentError(
         absl::StrCat("the size of type ", Describe(type_id), " overflows 64 bits"));
@@ -924,6 +1025,27 @@ std::array<uint32_t, 3> ResolveLocalSize(const KernelReflection& reflection,
     if (it != spec_values.end()) size[d] = it->second;
   }
   return size;
+}
+
+uint64_t ResolveSharedMemory(const KernelReflection& reflection,
+                             const absl::flat_hash_map<uint32_t, uint32_t>& spec_values) {
+  uint64_t total = 0;
+  for (const SharedMemoryTerm& t : reflection.shared_memory) {
+    uint64_t bytes = t.bytes;
+    for (uint32_t id : t.spec_ids) {
+      uint64_t value = 0;
+      if (auto it = spec_values.find(id); it != spec_values.end()) {
+        value = it->second;
+      } else {
+        for (const SpecConstant& c : reflection.spec_constants) {
+          if (c.id == id) value = c.default_bits;
+        }
+      }
+      if (__builtin_mul_overflow(bytes, value, &bytes)) return UINT64_MAX;
+    }
+    if (__builtin_add_overflow(total, bytes, &total)) return UINT64_MAX;
+  }
+  return total;
 }
 
 }  // namespace causeway

@@ -71,6 +71,16 @@ struct SpecConstant {
   friend bool operator==(const SpecConstant&, const SpecConstant&) = default;
 };
 
+// A part of a kernel's workgroup (shared) memory: `bytes` times the value of
+// each specialization constant in `spec_ids` (the SpecIds of the array
+// lengths it sits in; empty for a part of fixed size).
+struct SharedMemoryTerm {
+  uint64_t bytes = 0;
+  std::vector<uint32_t> spec_ids;  // sorted
+
+  friend bool operator==(const SharedMemoryTerm&, const SharedMemoryTerm&) = default;
+};
+
 // Everything a device needs to build a compute pipeline for a module.
 struct KernelReflection {
   // The name of the module's only GLCompute entry point.
@@ -88,7 +98,13 @@ struct KernelReflection {
   std::array<std::optional<uint32_t>, 3> local_size_spec_id;
   // Sorted by id.
   std::vector<SpecConstant> spec_constants;
+  // The module's Workgroup variables (GLSL `shared`): their bytes are the
+  // sum of these terms (ResolveSharedMemory), without padding. At most
+  // kMaxSharedMemoryTerms.
+  std::vector<SharedMemoryTerm> shared_memory;
 };
+
+inline constexpr size_t kMaxSharedMemoryTerms = 64;
 
 // OK if `words` is long enough for a SPIR-V header and starts with the magic
 // number in host byte order; otherwise InvalidArgument saying what came
@@ -111,6 +127,12 @@ absl::StatusOr<KernelReflection> ReflectSpirv(absl::Span<const uint32_t> words);
 // value, the others keep their default.
 std::array<uint32_t, 3> ResolveLocalSize(const KernelReflection& reflection,
                                          const absl::flat_hash_map<uint32_t, uint32_t>& spec_values);
+
+// Bytes of workgroup memory after specialization: each term's constants take
+// their value in `spec_values`, or their default. UINT64_MAX if the sum
+// overflows 64 bits (beyond every device's limit).
+uint64_t ResolveSharedMemory(const KernelReflection& reflection,
+                             const absl::flat_hash_map<uint32_t, uint32_t>& spec_values);
 
 }  // namespace causeway
 

@@ -243,5 +243,58 @@ TEST(PipelineKeyTest, DifferentModulesGetDifferentPipelines) {
   EXPECT_NE(a->sha256(), b->sha256());
 }
 
+// Tests that a kernel asking for more workgroup (shared) memory than the
+// device allows is refused before a pipeline is made, whether its size is
+// fixed or set by a specialization constant, and that one within the limit
+// runs with the right results. lavapipe built the pipeline and gave every
+// thread the memory asked (Vulkan leaves it undefined).
+TEST(DeviceAdmissionTest, SharedMemoryBeyondTheDeviceIsRefused) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  const uint32_t limit = acc->info().limits.maxComputeSharedMemorySize;
+  ASSERT_OK_AND_ASSIGN(auto fixed, Kernel::FromGlsl("big-shared", R"(#version 450
+layout(local_size_x = 64) in;
+layout(set = 0, binding = 0) buffer Data { float v[]; };
+shared float s[4194304];
+void main() {
+  s[gl_LocalInvocationID.x] = 1.0;
+  barrier();
+  v[gl_LocalInvocationID.x] = s[63 - gl_LocalInvocationID.x];
+}
+)"));
+  absl::Status s = acc->device().GetPipeline(fixed).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("kernel 'big-shared': 16777216 bytes of workgroup (shared) memory"),
+                    HasSubstr(absl::StrCat("allows at most ", limit))));
+
+  // Reverses each group of n floats through shared memory.
+  ASSERT_OK_AND_ASSIGN(auto sized, Kernel::FromGlsl("reverse", R"(#version 450
+layout(local_size_x = 64) in;
+layout(constant_id = 1) const uint n = 64;
+layout(set = 0, binding = 0) buffer Data { float v[]; };
+shared float s[n];
+void main() {
+  s[gl_LocalInvocationID.x] = v[gl_GlobalInvocationID.x];
+  barrier();
+  v[gl_GlobalInvocationID.x] = s[n - 1 - gl_LocalInvocationID.x];
+}
+)"));
+  const uint32_t over = limit / 4 + 1;
+  s = acc->device().GetPipeline(sized, {{1, over}}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("kernel 'reverse': ", 4 * over, " bytes of workgroup")));
+  std::vector<float> values(128), got(128);
+  for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i);
+  ASSERT_OK_AND_ASSIGN(auto buffer, acc->CreateBuffer(values.size() * sizeof(float)));
+  ASSERT_OK(acc->UploadSync(buffer, values.data(), values.size() * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList("reverse"));
+  ASSERT_OK(list->Dispatch(sized, {buffer}, absl::Span<const uint8_t>(), {2, 1, 1}));
+  ASSERT_OK(acc->Submit(list).Await());
+  ASSERT_OK(acc->DownloadSync(buffer, got.data(), got.size() * sizeof(float)));
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(got[i], values[(i / 64) * 64 + 63 - i % 64]) << i;
+}
+
 }  // namespace
 }  // namespace causeway

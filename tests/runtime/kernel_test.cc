@@ -234,6 +234,48 @@ void main() { v[0] = kFlag && !kOff ? kScale * float(kCount) : float(kMask); }
                                              SpecConstant{7, T::kUint32, 0xF0, "kMask"}));
 }
 
+// Tests that the Workgroup (shared) variables are reflected as terms of
+// fixed bytes and bytes per specialization constant, merged by constant,
+// and resolved with the defaults or the values given.
+TEST(ReflectSpirvTest, SharedMemory) {
+  absl::StatusOr<KernelReflection> r = ReflectGlsl(R"(#version 450
+layout(local_size_x = 16) in;
+layout(constant_id = 3) const uint kRows = 8;
+layout(constant_id = 5) const uint kCols = 2;
+struct Pair { float a; uint b; };
+shared float tile[32];
+shared vec4 quads[4];
+shared Pair pairs[kRows];
+shared mat2 m[kRows][kCols];
+shared double d[kRows];
+layout(set = 0, binding = 0) buffer Out { float v[]; };
+void main() {
+  tile[gl_LocalInvocationIndex] = 1.0;
+  quads[0] = vec4(1.0);
+  pairs[0].a = 2.0;
+  m[0][0] = mat2(1.0);
+  d[0] = 1.0;
+  barrier();
+  v[gl_LocalInvocationIndex] = tile[0] + quads[0].x + pairs[0].a + m[0][0][0][0] + float(d[0]);
+}
+)");
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 32 floats and 4 vec4 (192 bytes); 8 (float, uint) pairs and 8 doubles
+  // per kRows (16 bytes); a 16-byte mat2 per kRows x kCols.
+  EXPECT_THAT(r->shared_memory, ElementsAre(SharedMemoryTerm{192, {}}, SharedMemoryTerm{16, {3}},
+                                            SharedMemoryTerm{16, {3, 5}}));
+  EXPECT_EQ(ResolveSharedMemory(*r, {}), 192u + 16 * 8 + 16 * 8 * 2);
+  EXPECT_EQ(ResolveSharedMemory(*r, {{3, 100}}), 192u + 16 * 100 + 16 * 100 * 2);
+  EXPECT_EQ(ResolveSharedMemory(*r, {{3, 4}, {5, 10}}), 192u + 16 * 4 + 16 * 4 * 10);
+  EXPECT_EQ(ResolveSharedMemory(*r, {{3, 0xFFFFFFFFu}, {5, 1}}), 192u + 2 * 16 * 0xFFFFFFFFull);
+  // 16 (2^32 - 1)^2 bytes do not fit in 64 bits: beyond every device.
+  EXPECT_EQ(ResolveSharedMemory(*r, {{3, 0xFFFFFFFFu}, {5, 0xFFFFFFFFu}}), UINT64_MAX);
+
+  absl::StatusOr<KernelReflection> none = ReflectGlsl(kScaleGlsl);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->shared_memory.empty());
+}
+
 // Tests that a 64-bit specialization constant is refused as unsupported.
 TEST(ReflectSpirvTest, WideSpecConstantIsUnimplemented) {
   absl::StatusOr<KernelReflection> r = ReflectGlsl(R"(#version 450
