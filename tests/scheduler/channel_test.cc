@@ -62,7 +62,9 @@ TEST(InboxTest, EarlyAndLateBytesReachEveryTarget) {
     // Sender pieces in thirds: the middle one straddles the two halves.
     ASSERT_OK(inbox.Deliver(7, 0, 1000, value.data(), 333));
     ASSERT_OK(inbox.Deliver(7, 666, 1000, value.data() + 666, 334));
-    if (!early) EXPECT_FALSE(done.IsReady());
+    if (!early) {
+      EXPECT_FALSE(done.IsReady());
+    }
     ASSERT_OK(inbox.Deliver(7, 333, 1000, value.data() + 333, 333));
     if (early) done = inbox.Expect(7, 1000, targets);
     ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
@@ -321,11 +323,11 @@ TEST(CrossIslandTest, PipelineMatchesReferenceForEveryLayout) {
           for (int r = 0; r < kRuns; ++r) {
             zs.push_back(RandomFloats(n, 100 + r));
             ArrayRef z = UploadArray(*t.cb, mesh_b, {n}, sb, zs.back());
-            ASSERT_OK_AND_ASSIGN(Execution run_b, t.cb->Execute(exe_b, {z}, {.tag = 1000 + r}));
+            ASSERT_OK_AND_ASSIGN(Execution run_b, t.cb->Execute(exe_b, {z}, {.tag = 1000 + static_cast<uint64_t>(r)}));
             runs_b.push_back(run_b);
             xs.push_back(RandomFloats(n, r));
             ArrayRef x = UploadArray(*t.ca, mesh_a, {n}, sa, xs.back());
-            ASSERT_OK_AND_ASSIGN(Execution run_a, t.ca->Execute(exe_a, {x}, {.tag = 1000 + r}));
+            ASSERT_OK_AND_ASSIGN(Execution run_a, t.ca->Execute(exe_a, {x}, {.tag = 1000 + static_cast<uint64_t>(r)}));
             runs_a.push_back(run_a);
           }
           for (int r = 0; r < kRuns; ++r) {

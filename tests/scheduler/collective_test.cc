@@ -449,7 +449,9 @@ void CheckPlan(const CollectivePlan& plan, const Case& c, int n, bool shared_mem
       copied += in;
     }
     EXPECT_EQ(reduced, plan.in_elements) << plan.ToString();
-    if (c.kind == kAllReduce) EXPECT_EQ(copied, (n - 1) * plan.in_elements) << plan.ToString();
+    if (c.kind == kAllReduce) {
+      EXPECT_EQ(copied, (n - 1) * plan.in_elements) << plan.ToString();
+    }
   }
 }
 
