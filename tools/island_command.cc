@@ -107,6 +107,11 @@ int IslandCommand(const std::vector<std::string>& args) {
                    "the shortest deadline a run may ask for (shorter ones are refused), so that no tenant "
                    "quarantines a shared accelerator with a deadline shorter than a sound kernel takes",
                    ""});
+  specs.push_back({"max-handshakes",
+                   "connections allowed in their handshake (not yet authenticated) at once; one past it is "
+                   "closed as soon as it is accepted",
+                   "64"});
+  specs.push_back({"max-handshakes-per-address", "the same, from one source address", "16"});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
     std::fprintf(stderr, "causeway island: %s\n", std::string(s.message()).c_str());
@@ -146,6 +151,15 @@ int IslandCommand(const std::vector<std::string>& args) {
             "--min-deadline (", absl::FormatDuration(options.island.min_deadline),
             ") is longer than --run-deadline (", absl::FormatDuration(options.island.run_deadline), ")")),
         2);
+  }
+  for (auto [flag, field] :
+       {std::pair{"max-handshakes", &options.max_unauthenticated},
+        std::pair{"max-handshakes-per-address", &options.max_unauthenticated_per_address}}) {
+    auto n = flags.Int(flag);
+    if (!n.ok() || *n < 1 || *n > 100'000) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--", flag, " must be 1..100000")), 2);
+    }
+    *field = static_cast<int>(*n);
   }
   options.listen = flags.Get("listen");
   options.connection.peer_timeout = absl::Milliseconds(*timeout_ms);

@@ -216,6 +216,18 @@ TEST(CliTest, TrainStopsAtAStepPastItsDeadline) {
 }
 
 // A server writes its trace when it is stopped.
+// Tests that `causeway island` refuses handshake caps out of range, naming
+// the flag, before it serves anything.
+TEST(CliTest, IslandRefusesHandshakeCapsOutOfRange) {
+  for (const std::string flag : {"--max-handshakes=0", "--max-handshakes-per-address=100001",
+                                 "--max-handshakes=many", "--max-handshakes-per-address=-1"}) {
+    Result r = RunCli({"island", ::causeway::testing::DeviceFlag(), flag});
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("causeway island: ", name, " must be 1..100000"))) << flag;
+  }
+}
+
 TEST(CliTest, IslandWritesItsTraceWhenStopped) {
   const std::string path = ::testing::TempDir() + "/cli_test_island.json";
   std::remove(path.c_str());

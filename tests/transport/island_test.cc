@@ -1439,6 +1439,29 @@ TEST(IslandServerTest, ConnectionsInTheirHandshakeAreCapped) {
   }
 }
 
+// Tests that `causeway island` takes its handshake caps from the command
+// line (overall, then per address: every connection here comes from
+// loopback). CliTest.IslandRefusesHandshakeCapsOutOfRange has the refusals.
+TEST(IslandServerTest, HandshakeCapsComeFromTheCommandLine) {
+  for (const std::string flag : {"--max-handshakes=2", "--max-handshakes-per-address=2"}) {
+    SCOPED_TRACE(flag);
+    auto island = StartIsland("capped", 1, {flag});
+    ASSERT_NE(island, nullptr);
+    ASSERT_OK_AND_ASSIGN(SocketAddress address, SocketAddress::Parse(island->address()));
+    // Accepted in order: the first two are held in their handshake (5 s
+    // deadline), the third is past the cap.
+    std::vector<Socket> held;
+    for (int i = 0; i < 2; ++i) held.push_back(HoldHandshake(address));
+    Socket extra = HoldHandshake(address);
+    ExpectClosedAtOnce(extra, "connection 3");
+    held.clear();
+    // Once they are gone, a controller is served.
+    ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({island->address()}));
+    ASSERT_OK_AND_ASSIGN(IslandDescription d, controller->Describe(0));
+    EXPECT_EQ(d.name, "capped");
+  }
+}
+
 // Tests that an island lets go of its links to peer islands that died: a
 // peer killed and started again on another port, run after run, leaves no
 // descriptor or thread of its old links behind on the island that sent to
