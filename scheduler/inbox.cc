@@ -96,7 +96,7 @@ Future<> Inbox::Expect(uint64_t tag, uint64_t total, std::vector<Channel::Target
         at = std::max(at, end);
       }
       if (at < run.total) Place(run, at, run.early.data() + at, run.total - at);
-      if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
+      if (run.open.empty()) DropEarly(run);
     }
     Settle(tag, run, &done);
   }
@@ -109,19 +109,20 @@ void Inbox::set_max_total(uint64_t max_total) {
   max_total_ = max_total;
 }
 
-absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total) {
+absl::StatusOr<Inbox::Slot> Inbox::Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+                                         const std::shared_ptr<HostBudget>& budget) {
   if (length == 0) {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent 0 bytes at offset ", offset));
   }
   RETURN_IF_ERROR(CheckRange(offset, length, total, absl::StrCat(name_, ": run ", tag)));
   std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
-  absl::StatusOr<Slot> slot = BeginRange(tag, offset, length, total, &done);
+  absl::StatusOr<Slot> slot = BeginRange(tag, offset, length, total, budget, &done);
   for (auto& [promise, status] : done) promise->Set(status);
   return slot;
 }
 
 absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
-    uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+    uint64_t tag, uint64_t offset, uint64_t length, uint64_t total, const std::shared_ptr<HostBudget>& budget,
     std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done) {
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
@@ -144,7 +145,7 @@ absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
   // The run fails with `status`, now if nothing is being written into it.
   auto fail = [&](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     run.failed = status;
-    if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
+    if (run.open.empty()) DropEarly(run);
     Settle(tag, run, done);  // may forget the run
     return status;
   };
@@ -158,7 +159,15 @@ absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
   range.length = length;
   if (!run.expected) {
     // Early: into the inbox's own copy of the whole value.
-    if (run.early.empty()) run.early.resize(run.total);
+    if (run.early.empty()) {
+      if (budget != nullptr) {
+        absl::StatusOr<HostCharge> charge = HostBudget::Charge(
+            budget, run.total, absl::StrCat(name_, ": run ", tag, "'s value, come before its receive,"));
+        if (!charge.ok()) return fail(charge.status());
+        run.early_charge = *std::move(charge);
+      }
+      run.early.resize(run.total);
+    }
     range.data = run.early.data() + offset;
   } else {
     for (const Channel::Target& t : run.targets) {
@@ -180,6 +189,11 @@ absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
   return Slot{data, id};
 }
 
+void Inbox::DropEarly(Run& run) {
+  std::vector<uint8_t>().swap(run.early);
+  run.early_charge.Reset();
+}
+
 void Inbox::End(const Slot& slot, absl::Status status) {
   std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
   {
@@ -191,7 +205,8 @@ void Inbox::End(const Slot& slot, absl::Status status) {
       run->open.erase(it);
       if (!status.ok() && run->failed.ok()) run->failed = status;
       if (run->failed.ok() && run->expected) Place(*run, range.offset, range.data, range.length);
-      if (run->expected && run->open.empty()) std::vector<uint8_t>().swap(run->early);
+      // Placed, or never to be: nothing reads the early copy any more.
+      if ((run->expected || !run->failed.ok()) && run->open.empty()) DropEarly(*run);
       Settle(tag, *run, &done);
       break;
     }
@@ -215,7 +230,7 @@ void Inbox::Fail(uint64_t tag, const absl::Status& status) {
     auto& slot = runs_[tag];
     if (slot == nullptr) slot = std::make_unique<Run>();
     if (slot->failed.ok()) slot->failed = status;
-    if (slot->open.empty()) std::vector<uint8_t>().swap(slot->early);
+    if (slot->open.empty()) DropEarly(*slot);
     Settle(tag, *slot, &done);
   }
   for (auto& [promise, s] : done) promise->Set(s);
@@ -231,7 +246,7 @@ void Inbox::Close(const absl::Status& status) {
     for (uint64_t tag : tags) {
       Run& run = *runs_[tag];
       if (run.failed.ok()) run.failed = closed_;
-      if (run.open.empty()) std::vector<uint8_t>().swap(run.early);
+      if (run.open.empty()) DropEarly(run);
       if (run.expected) {
         Settle(tag, run, &done);
       } else if (run.open.empty()) {

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "runtime/byte_ranges.h"
 #include "runtime/future.h"
+#include "runtime/host_budget.h"
 #include "scheduler/channel.h"
 
 namespace causeway {
@@ -63,7 +64,12 @@ class Inbox {
     uint8_t* data = nullptr;
     uint64_t id = 0;  // for End
   };
-  absl::StatusOr<Slot> Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total);
+  // Bytes that come before their run's Expect are kept in a copy of the
+  // whole value, charged to `budget` when one is given (the budget of the
+  // session the bytes came through) until the run has them placed or ends:
+  // past it the run fails with the budget's ResourceExhausted.
+  absl::StatusOr<Slot> Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+                             const std::shared_ptr<HostBudget>& budget = nullptr);
   // The bytes of `slot` are in place (ok) or will never be (an error: the
   // run fails with it).
   void End(const Slot& slot, absl::Status status = absl::OkStatus());
@@ -94,6 +100,7 @@ class Inbox {
     bool expected = false;
     std::vector<Channel::Target> targets;
     std::vector<uint8_t> early;  // bytes that came before Expect
+    HostCharge early_charge;     // what `early` holds of a sender's budget
     std::shared_ptr<Promise<>> done;
     Future<> future;
     absl::Status failed;
@@ -102,8 +109,11 @@ class Inbox {
   // Begin after the checks that need no lock; a receive that the range
   // fails is added to `done`, to be resolved outside the lock.
   absl::StatusOr<Slot> BeginRange(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
+                                  const std::shared_ptr<HostBudget>& budget,
                                   std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>>* done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees the run's early copy and gives back its charge.
+  static void DropEarly(Run& run);
   // Copies the run's early bytes into its targets.
   void Place(Run& run, uint64_t offset, const uint8_t* data, uint64_t length) const;
   // Resolves and forgets `tag` if it is complete or failed (returns the

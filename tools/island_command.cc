@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "runtime/accelerator.h"
 #include "runtime/fault_injection.h"
+#include "runtime/memory.h"
 #include "runtime/runtime.h"
 #include "runtime/status.h"
 #include "tools/commands.h"
@@ -112,6 +113,10 @@ int IslandCommand(const std::vector<std::string>& args) {
                    "closed as soon as it is accepted",
                    "64"});
   specs.push_back({"max-handshakes-per-address", "the same, from one source address", "16"});
+  specs.push_back({"session-host-budget",
+                   "host memory each session may make the island hold (uploads coming in, values sent "
+                   "before their receives), e.g. 256MiB",
+                   "1GiB"});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) {
     std::fprintf(stderr, "causeway island: %s\n", std::string(s.message()).c_str());
@@ -161,6 +166,13 @@ int IslandCommand(const std::vector<std::string>& args) {
     }
     *field = static_cast<int>(*n);
   }
+  auto host_budget = ParseByteSize(flags.Get("session-host-budget"));
+  if (!host_budget.ok()) {
+    return fail(
+        absl::InvalidArgumentError(absl::StrCat("--session-host-budget: ", host_budget.status().message())),
+        2);
+  }
+  options.session_host_budget = *host_budget;
   options.listen = flags.Get("listen");
   options.connection.peer_timeout = absl::Milliseconds(*timeout_ms);
   options.connection.heartbeat_interval = std::min(absl::Seconds(1), options.connection.peer_timeout / 5);

@@ -19,6 +19,7 @@
 #include "runtime/accelerator.h"
 #include "runtime/byte_ranges.h"
 #include "runtime/checked_size.h"
+#include "runtime/host_budget.h"
 #include "runtime/status.h"
 #include "runtime/trace.h"
 #include "scheduler/inbox.h"
@@ -218,7 +219,13 @@ std::string HostOf(const SocketAddress& address) {
 class IslandServer::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(IslandServer* server, Socket socket)
-      : server_(server), source_(HostOf(socket.peer_address())), socket_(std::move(socket)) {}
+      : server_(server),
+        source_(HostOf(socket.peer_address())),
+        socket_(std::move(socket)),
+        host_budget_(std::make_shared<HostBudget>(absl::StrCat("session ", serial_, " from ", source_),
+                                                  server->options_.session_host_budget)) {}
+
+  const HostBudget& host_budget() const { return *host_budget_; }
 
   // Unique among the server's sessions, for the life of the process.
   uint64_t serial() const { return serial_; }
@@ -333,6 +340,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   };
   struct Upload {
     std::vector<uint8_t> bytes;
+    HostCharge charge;  // of the session's host budget, for `bytes`
     ByteRanges begun;  // each byte once: bytes sent twice fail the session
   };
 
@@ -400,7 +408,11 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       }
       Upload& up = uploads_[h.tag()];
       RETURN_IF_ERROR(up.begun.Add(h.offset(), h.length(), absl::StrCat("the upload to array ", h.tag())));
-      if (up.bytes.empty()) up.bytes.resize(bytes);
+      if (up.bytes.empty()) {
+        ASSIGN_OR_RETURN(up.charge, HostBudget::Charge(host_budget_, bytes,
+                                                       absl::StrCat("the upload to array ", h.tag())));
+        up.bytes.resize(bytes);
+      }
       return up.bytes.data() + h.offset();
     }
     if (h.stream() >= kFirstChannelStream) {
@@ -410,11 +422,14 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       // its values (the peer's other channels go on).
       std::shared_ptr<Receiver> r = server_->FindReceiver(h.stream());
       if (r == nullptr || r->peer() != peer_name()) return nullptr;
-      absl::StatusOr<Inbox::Slot> slot = r->inbox().Begin(h.tag(), h.offset(), h.length(), h.total());
+      absl::StatusOr<Inbox::Slot> slot =
+          r->inbox().Begin(h.tag(), h.offset(), h.length(), h.total(), host_budget_);
       if (!slot.ok()) {
-        // The run failed or was cancelled here: drop its bytes.
+        // The run failed or was cancelled here (or failed now, past this
+        // session's host budget): drop its bytes.
         if (absl::IsFailedPrecondition(slot.status()) || absl::IsUnavailable(slot.status()) ||
-            absl::IsCancelled(slot.status()) || absl::IsAborted(slot.status())) {
+            absl::IsCancelled(slot.status()) || absl::IsAborted(slot.status()) ||
+            absl::IsResourceExhausted(slot.status())) {
           return nullptr;
         }
         return slot.status();
@@ -436,14 +451,15 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     // Chunks begin and end one at a time, in order: all begun is all in.
     Upload& up = uploads_[h.tag()];
     if (up.begun.bytes() < up.bytes.size()) return;
-    auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(up.bytes));
+    // The bytes keep their charge until the worker has written them.
+    auto done = std::make_shared<Upload>(std::move(up));
     uploads_.erase(h.tag());
     auto a = arrays_.find(h.tag());
     if (a == arrays_.end()) return;
     ArrayRef array = a->second;
     const uint64_t id = h.tag();
-    worker_->Push([this, id, array, bytes] {
-      absl::Status s = array->Upload(bytes->data(), bytes->size());
+    worker_->Push([this, id, array, done] {
+      absl::Status s = array->Upload(done->bytes.data(), done->bytes.size());
       absl::MutexLock lock(&mu_);
       if (s.ok()) {
         failed_uploads_.erase(id);
@@ -826,6 +842,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   const uint64_t serial_ = NextSessionSerial();
   const std::string source_;
   Socket socket_;
+  // Shared with the charges, which may outlive the session (an early value
+  // held by a receiver of another session's program).
+  const std::shared_ptr<HostBudget> host_budget_;
   std::thread thread_;
   std::atomic<bool> done_{false};
   // Touched only on the connection's reader thread, and by Teardown once

@@ -68,6 +68,13 @@ struct IslandServerOptions {
   int max_unauthenticated_per_address = 16;
   // How long a connection may take over its handshake.
   absl::Duration handshake_timeout = kDefaultHandshakeTimeout;
+  // Host memory each session (a controller's or a peer island's) may make
+  // the island hold for it: its uploads still coming in, and the values it
+  // sends before their receives. Past it the upload is refused (the
+  // connection closes, naming the budget) or the value's run fails with
+  // ResourceExhausted; all of it is given back when the bytes are placed or
+  // the session ends.
+  uint64_t session_host_budget = uint64_t{1} << 30;
 };
 
 class IslandServer {

@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/byte_ranges.h"
+#include "runtime/host_budget.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -71,6 +72,40 @@ TEST(CheckedSizeTest, Ranges) {
 // Tests that byte ranges count each byte once: pieces in any order join,
 // and a piece that overlaps one taken (the same bytes, a part of them, or
 // bytes on both sides) is DataLoss naming both and takes nothing.
+// Tests that a host budget takes charges up to its limit exactly, refuses
+// one past it naming the owner, what asked and the figures (taking
+// nothing), and gets each charge back when it is reset, moved over or
+// destroyed, even after the budget's owner let go of it.
+TEST(HostBudgetTest, ChargesUpToTheLimitAndGivesBack) {
+  auto budget = std::make_shared<HostBudget>("session 7", 1024);
+  absl::StatusOr<HostCharge> a = HostBudget::Charge(budget, 1000, "a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->bytes(), 1000u);
+  absl::StatusOr<HostCharge> b = HostBudget::Charge(budget, 25, "the upload to array 3");
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(b.status().message(),
+            "the upload to array 3 needs 25 B of host memory, past the budget of session 7: 1000 B of 1 KiB "
+            "in use");
+  EXPECT_EQ(budget->in_use(), 1000u);
+  absl::StatusOr<HostCharge> c = HostBudget::Charge(budget, 24, "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(budget->in_use(), 1024u);
+  EXPECT_FALSE(HostBudget::Charge(budget, 1, "d").ok());
+  EXPECT_FALSE(HostBudget::Charge(budget, UINT64_MAX, "e").ok());
+  c->Reset();
+  EXPECT_EQ(budget->in_use(), 1000u);
+  HostCharge moved = *std::move(a);
+  EXPECT_EQ(budget->in_use(), 1000u);
+  moved = HostCharge();
+  EXPECT_EQ(budget->in_use(), 0u);
+  {
+    HostCharge held = *HostBudget::Charge(budget, 512, "f");
+    std::weak_ptr<HostBudget> weak = budget;
+    budget.reset();  // the charge keeps the budget
+    EXPECT_EQ(weak.lock()->in_use(), 512u);
+  }
+}
+
 TEST(ByteRangesTest, CountsEachByteOnceAndRefusesOverlaps) {
   ByteRanges ranges;
   ASSERT_OK(ranges.Add(100, 50, "upload"));

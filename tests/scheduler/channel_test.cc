@@ -243,6 +243,49 @@ TEST(InboxTest, AValueInTooManySeparatePiecesIsRefused) {
   EXPECT_EQ(inbox.pending(), 1u);  // run 1, failed, waits for its receive
 }
 
+// Tests that values come before their receives are charged to the budget
+// given with their bytes: one past it fails its run with ResourceExhausted
+// naming the budget, and the bytes are given back once placed, once their
+// run fails, and when the inbox closes.
+TEST(InboxTest, EarlyValuesAreChargedToTheSendersHostBudget) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  auto budget = std::make_shared<HostBudget>("peer 'p'", 1000);
+  const std::vector<uint8_t> value = Pattern(600, 5);
+  Inbox inbox("test inbox");
+  auto begin = [&](uint64_t tag, uint64_t offset, uint64_t length) -> absl::Status {
+    ASSIGN_OR_RETURN(Inbox::Slot slot, inbox.Begin(tag, offset, length, value.size(), budget));
+    std::memcpy(slot.data, value.data() + offset, length);
+    inbox.End(slot);
+    return absl::OkStatus();
+  };
+  ASSERT_OK(begin(1, 0, 100));
+  EXPECT_EQ(budget->in_use(), 600u);
+  EXPECT_ERROR(begin(2, 0, 100), absl::StatusCode::kResourceExhausted,
+               "test inbox: run 2's value, come before its receive, needs 600 B of host memory, past the "
+               "budget of peer 'p': 600 B of 1000 B in use");
+  EXPECT_EQ(budget->in_use(), 600u);
+  EXPECT_ERROR(inbox.Expect(2, value.size(), Targets(acc, {{0, 600}})).AwaitStatus(absl::Now() + kRunTimeout),
+               absl::StatusCode::kResourceExhausted, "past the budget of peer 'p'");
+  // Placed: given back, and the rest goes straight to the targets.
+  auto targets = Targets(acc, {{0, 600}});
+  Future<> done = inbox.Expect(1, value.size(), targets);
+  EXPECT_EQ(budget->in_use(), 0u);
+  ASSERT_OK(begin(1, 100, 500));
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(targets[0]), value);
+  // Failed before its receive: given back at once.
+  ASSERT_OK(begin(3, 0, 100));
+  EXPECT_EQ(budget->in_use(), 600u);
+  inbox.Fail(3, absl::AbortedError("the sender gave up"));
+  EXPECT_EQ(budget->in_use(), 0u);
+  // Closed: given back.
+  ASSERT_OK(begin(4, 0, 100));
+  EXPECT_EQ(budget->in_use(), 600u);
+  inbox.Close(absl::UnavailableError("the sender is gone"));
+  EXPECT_EQ(budget->in_use(), 0u);
+}
+
 // Two islands in one process, each over a runtime of its own.
 struct TwoIslands {
   std::unique_ptr<Runtime> rt_a, rt_b;

@@ -216,9 +216,10 @@ TEST(CliTest, TrainStopsAtAStepPastItsDeadline) {
 }
 
 // A server writes its trace when it is stopped.
-// Tests that `causeway island` refuses handshake caps out of range, naming
-// the flag, before it serves anything.
-TEST(CliTest, IslandRefusesHandshakeCapsOutOfRange) {
+// Tests that `causeway island` refuses handshake caps out of range and a
+// session host budget that is not a size, naming the flag, before it
+// serves anything.
+TEST(CliTest, IslandRefusesHandshakeCapsAndHostBudgetsOutOfRange) {
   for (const std::string flag : {"--max-handshakes=0", "--max-handshakes-per-address=100001",
                                  "--max-handshakes=many", "--max-handshakes-per-address=-1"}) {
     Result r = RunCli({"island", ::causeway::testing::DeviceFlag(), flag});
@@ -226,6 +227,9 @@ TEST(CliTest, IslandRefusesHandshakeCapsOutOfRange) {
     const std::string name = flag.substr(0, flag.find('='));
     EXPECT_THAT(r.err, HasSubstr(absl::StrCat("causeway island: ", name, " must be 1..100000"))) << flag;
   }
+  Result r = RunCli({"island", ::causeway::testing::DeviceFlag(), "--session-host-budget=lots"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("causeway island: --session-host-budget: not a byte size: 'lots'"));
 }
 
 TEST(CliTest, IslandWritesItsTraceWhenStopped) {

@@ -58,6 +58,7 @@ using ::causeway::testing::SettledEntries;
 using ::causeway::testing::ValueOrThrow;
 using ::causeway::transport::testing::In;
 using ::causeway::transport::testing::ListenOnLoopback;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kRunTimeout = absl::Seconds(30);
@@ -1439,9 +1440,45 @@ TEST(IslandServerTest, ConnectionsInTheirHandshakeAreCapped) {
   }
 }
 
+// Tests the session host budget: an upload larger than a session may hold
+// in host memory is refused, the connection closing with the budget named,
+// while another tenant's uploads and fetches go on with the right values;
+// uploads within it complete.
+TEST(IslandServerTest, AnUploadPastTheSessionsHostBudgetIsRefused) {
+  auto rt = MakeRuntime(1);
+  IslandServerOptions options;
+  options.name = "isl-hb";
+  options.session_host_budget = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  const std::string address = server->address().ToString();
+  ASSERT_OK_AND_ASSIGN(auto other, Controller::Connect({address}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh other_mesh, other->AllocateMesh(0, {1}));
+  auto round_trip = [&](int seed) {
+    std::vector<float> host = RandomFloats(8 << 10, seed), back(host.size());  // 32 KiB: within
+    ASSERT_OK_AND_ASSIGN(RemoteArray x, other->CreateArray(other_mesh, {8 << 10}, DType::kF32));
+    ASSERT_OK(other->Upload(x, host.data(), host.size() * 4));
+    ASSERT_OK(other->Download(x, back.data(), back.size() * 4, absl::Now() + kRunTimeout));
+    ASSERT_EQ(back, host);
+  };
+  round_trip(1);
+
+  ASSERT_OK_AND_ASSIGN(auto hog, Controller::Connect({address}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, hog->AllocateMesh(0, {1}));
+  ASSERT_OK_AND_ASSIGN(RemoteArray big, hog->CreateArray(mesh, {32 << 10}, DType::kF32));  // 128 KiB
+  std::vector<float> host = RandomFloats(32 << 10, 2);
+  absl::Status upload = hog->Upload(big, host.data(), host.size() * 4);
+  // The island closes the connection as the upload begins: the upload, or
+  // the next call, fails with the reason.
+  absl::Status next = upload.ok() ? hog->Describe(0).status() : upload;
+  EXPECT_EQ(next.code(), absl::StatusCode::kUnavailable) << next;
+  EXPECT_THAT(next.message(), AllOf(HasSubstr("needs 128 KiB of host memory, past the budget of session"),
+                                    HasSubstr("0 B of 64 KiB in use")));
+  round_trip(3);
+}
+
 // Tests that `causeway island` takes its handshake caps from the command
 // line (overall, then per address: every connection here comes from
-// loopback). CliTest.IslandRefusesHandshakeCapsOutOfRange has the refusals.
+// loopback). CliTest.IslandRefusesHandshakeCapsAndHostBudgetsOutOfRange has the refusals.
 TEST(IslandServerTest, HandshakeCapsComeFromTheCommandLine) {
   for (const std::string flag : {"--max-handshakes=2", "--max-handshakes-per-address=2"}) {
     SCOPED_TRACE(flag);
