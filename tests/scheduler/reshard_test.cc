@@ -612,9 +612,14 @@ TEST_P(ReshardTest, TransferFromReleasedOrForeignArrayIsRefused) {
 TEST_P(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
   const Shape shape = {12, 8};
   // Work queued ahead of the transfer on the target devices keeps the run's
-  // reads pending while the second upload is issued.
+  // reads pending while the second upload is issued, microseconds after the
+  // run is: a few milliseconds of it is plenty. (With every accelerator on
+  // one VkDevice, as the ASan suite runs this, lavapipe runs the five
+  // devices' work on one set of threads: 64 adds took seconds a case there,
+  // past the runs' deadline on a loaded machine.)
   const Shape busy_shape = {512, 512};
-  ASSERT_OK_AND_ASSIGN(auto busy, Function::RepeatedAdd(busy_shape, 64));
+  constexpr int kBusyAdds = 16;
+  ASSERT_OK_AND_ASSIGN(auto busy, Function::RepeatedAdd(busy_shape, kBusyAdds));
   struct Case {
     Layout from, to;
   };
@@ -662,8 +667,8 @@ TEST_P(ReshardTest, ReuploadWaitsForTheRunReadingIt) {
       SCOPED_TRACE("run 2");
       ExpectHolds(run2.outputs[1], second);
     }
-    // The busy work itself: a + 64 * b.
-    const std::vector<float> sum(NumElements(busy_shape), 65.0f);
+    // The busy work itself: a + kBusyAdds * b.
+    const std::vector<float> sum(NumElements(busy_shape), 1.0f + kBusyAdds);
     ExpectHolds(run2.outputs[0], Bytes(sum));
   }
   // Otherwise the runs ended before the re-upload and nothing was tested.
