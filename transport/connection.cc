@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,10 +76,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Connect(const SocketAddr
                                                                 RequestHandler handler) {
   ASSIGN_OR_RETURN(Socket socket, Socket::Connect(address, absl::Now() + handshake.timeout));
   ASSIGN_OR_RETURN(PeerInfo peer, ClientHandshake(socket, handshake));
-  std::unique_ptr<Connection> connection(
-      new Connection(std::move(socket), std::move(peer), options, std::move(handler)));
-  connection->Start();
-  return connection;
+  return Adopt(std::move(socket), std::move(peer), options, std::move(handler));
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Accept(Socket socket,
@@ -85,9 +84,15 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Accept(Socket socket,
                                                                const ConnectionOptions& options,
                                                                RequestHandler handler) {
   ASSIGN_OR_RETURN(PeerInfo peer, ServerHandshake(socket, handshake));
+  return Adopt(std::move(socket), std::move(peer), options, std::move(handler));
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Connection::Adopt(Socket socket, PeerInfo peer,
+                                                              const ConnectionOptions& options,
+                                                              RequestHandler handler) {
   std::unique_ptr<Connection> connection(
       new Connection(std::move(socket), std::move(peer), options, std::move(handler)));
-  connection->Start();
+  RETURN_IF_ERROR(connection->Start());
   return connection;
 }
 
@@ -98,15 +103,22 @@ Connection::Connection(Socket socket, PeerInfo peer, const ConnectionOptions& op
       options_(options),
       handler_(std::move(handler)) {}
 
-void Connection::Start() {
-  reader_ = std::thread([this] {
-    Tracer::NameThread("connection reader");
-    ReadLoop();
-  });
-  heartbeat_ = std::thread([this] {
-    Tracer::NameThread("connection heartbeat");
-    HeartbeatLoop();
-  });
+absl::Status Connection::Start() {
+  try {
+    reader_ = std::thread([this] {
+      Tracer::NameThread("connection reader");
+      ReadLoop();
+    });
+    heartbeat_ = std::thread([this] {
+      Tracer::NameThread("connection heartbeat");
+      HeartbeatLoop();
+    });
+  } catch (const std::system_error& e) {
+    // The destructor closes the connection and joins a reader that started.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no thread for the connection with ", peer_description_, ": ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 Connection::~Connection() { Stop("connection destroyed"); }

@@ -123,6 +123,14 @@ class Connection {
                                                             const ConnectionOptions& options,
                                                             RequestHandler handler = nullptr);
 
+  // Starts the connection on `socket`, whose server handshake has ended
+  // welcoming `peer` (ServerHandshakeState, for a server that runs its
+  // handshakes without a thread each). ResourceExhausted when its threads
+  // cannot be made.
+  static absl::StatusOr<std::unique_ptr<Connection>> Adopt(Socket socket, PeerInfo peer,
+                                                           const ConnectionOptions& options,
+                                                           RequestHandler handler = nullptr);
+
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection();
@@ -217,7 +225,7 @@ class Connection {
   };
 
   Connection(Socket socket, PeerInfo peer, const ConnectionOptions& options, RequestHandler handler);
-  void Start();
+  absl::Status Start();
 
   void ReadLoop();
   void HeartbeatLoop();

@@ -1,5 +1,7 @@
 #include "transport/handshake.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -86,7 +88,7 @@ absl::StatusOr<Digest> ClientMac(const Secret& secret, const Nonce& server_nonce
 }
 
 // "a challenge or refused frame", for messages.
-std::string DescribeTypes(std::initializer_list<FrameType> types) {
+std::string DescribeTypes(absl::Span<const FrameType> types) {
   std::string text = "a";
   const char* separator = " ";
   for (FrameType type : types) {
@@ -199,65 +201,6 @@ absl::StatusOr<PeerInfo> RunClient(Socket& socket, const ClientHandshakeOptions&
   if (frame.type == FrameType::kRefused) return exchange.PeerRefused(frame, server);
   ASSIGN_OR_RETURN(Welcome welcome, ParseWelcome(frame.payload));
   return PeerInfo{std::move(welcome.name), challenge.version, secret.has_value()};
-}
-
-absl::StatusOr<PeerInfo> RunServer(Socket& socket, const ServerHandshakeOptions& options) {
-  if (std::string problem = NameProblem(options.name); !problem.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("server handshake: ", problem));
-  }
-  const std::optional<Secret>& secret = options.secret;
-  Exchange exchange(socket, options.timeout);
-
-  ASSIGN_OR_RETURN(Frame frame, exchange.Receive({FrameType::kHello}));
-  ASSIGN_OR_RETURN(Hello hello, ParseHello(frame.payload));
-  const std::string client = absl::StrCat("client '", hello.name, "' at ", exchange.peer());
-  const uint16_t low = std::max(hello.min_version, kMinProtocolVersion);
-  const uint16_t high = std::min(hello.max_version, kMaxProtocolVersion);
-  if (low > high) {
-    const std::string versions =
-        absl::StrCat("the client speaks protocol versions ", hello.min_version, "..", hello.max_version,
-                     ", this server ", kMinProtocolVersion, "..", kMaxProtocolVersion);
-    return exchange.Refuse(
-        absl::StrCat("no common version: ", versions),
-        absl::FailedPreconditionError(absl::StrCat(client, ": no common version: ", versions)));
-  }
-  if (!secret) {
-    if (!socket.local_address().IsLoopback()) {
-      return exchange.Refuse(
-          "this server has no secret and accepts only loopback connections",
-          absl::PermissionDeniedError(absl::StrCat(client, " came to ", socket.local_address().ToString(),
-                                                   ", not over loopback; without a secret only loopback "
-                                                   "connections are accepted")));
-    }
-  } else if ((hello.flags & kHelloHasSecret) == 0) {
-    return exchange.Refuse(
-        "this server requires a shared secret and the client has none",
-        absl::UnauthenticatedError(absl::StrCat(client, " has no secret; this server requires one")));
-  }
-
-  Challenge challenge{high, secret ? kChallengeRequiresAuth : 0, {}, {}};
-  RETURN_IF_ERROR(FillRandom(absl::MakeSpan(challenge.nonce)));
-  if (secret) {
-    ASSIGN_OR_RETURN(challenge.mac, ServerMac(*secret, hello.nonce, challenge.nonce));
-  }
-  RETURN_IF_ERROR(exchange.Send(FrameType::kChallenge, EncodeChallenge(challenge)));
-
-  ASSIGN_OR_RETURN(frame, exchange.Receive({FrameType::kProof, FrameType::kRefused}));
-  if (frame.type == FrameType::kRefused) return exchange.PeerRefused(frame, client);
-  ASSIGN_OR_RETURN(Proof proof, ParseProof(frame.payload));
-  if (secret) {
-    ASSIGN_OR_RETURN(Digest expected, ClientMac(*secret, challenge.nonce, hello.nonce));
-    if (!ConstantTimeEquals(expected, proof.mac)) {
-      return exchange.Refuse("authentication failed",
-                             absl::UnauthenticatedError(
-                                 absl::StrCat(client,
-                                              " failed to prove that it holds the shared secret (a different "
-                                              "secret, or a proof replayed from another connection)")));
-    }
-  }
-  ASSIGN_OR_RETURN(std::vector<uint8_t> welcome, EncodeWelcome({options.name}));
-  RETURN_IF_ERROR(exchange.Send(FrameType::kWelcome, welcome));
-  return PeerInfo{std::move(hello.name), high, secret.has_value()};
 }
 
 }  // namespace
@@ -386,9 +329,213 @@ absl::StatusOr<PeerInfo> ClientHandshake(Socket& socket, const ClientHandshakeOp
 }
 
 absl::StatusOr<PeerInfo> ServerHandshake(Socket& socket, const ServerHandshakeOptions& options) {
-  absl::StatusOr<PeerInfo> peer = RunServer(socket, options);
-  if (!peer.ok()) socket.ShutdownBoth();
-  return peer;
+  ServerHandshakeState state(std::move(socket), options);
+  while (!state.Advance()) {
+    // A failed poll ends the handshake at its deadline; Advance then says so.
+    state.socket().Wait(state.events(), state.deadline()).IgnoreError();
+  }
+  socket = state.TakeSocket();
+  return state.result();
+}
+
+ServerHandshakeState::ServerHandshakeState(Socket socket, const ServerHandshakeOptions& options)
+    : socket_(std::move(socket)),
+      options_(options),
+      deadline_(absl::Now() + options.timeout),
+      peer_(socket_.peer_address().ToString()) {
+  if (std::string problem = NameProblem(options_.name); !problem.empty()) {
+    End(absl::InvalidArgumentError(absl::StrCat("server handshake: ", problem)));
+  }
+}
+
+absl::Span<const FrameType> ServerHandshakeState::Expected() const {
+  static constexpr FrameType kHello[] = {FrameType::kHello};
+  static constexpr FrameType kProof[] = {FrameType::kProof, FrameType::kRefused};
+  if (phase_ == Phase::kHello) return kHello;
+  return kProof;
+}
+
+short ServerHandshakeState::events() const { return output_sent_ < output_.size() ? POLLOUT : POLLIN; }
+
+void ServerHandshakeState::End(absl::StatusOr<PeerInfo> result) {
+  phase_ = Phase::kEnded;
+  result_ = std::move(result);
+  if (!result_.ok()) socket_.ShutdownBoth();
+}
+
+void ServerHandshakeState::Queue(FrameType type, absl::Span<const uint8_t> payload) {
+  const std::array<uint8_t, kFrameHeaderSize> header = EncodeFrameHeader(type, payload.size());
+  output_.insert(output_.end(), header.begin(), header.end());
+  output_.insert(output_.end(), payload.begin(), payload.end());
+}
+
+void ServerHandshakeState::Refuse(absl::string_view reason, absl::Status error) {
+  Queue(FrameType::kRefused, EncodeRefused({std::string(reason)}));
+  last_ = std::move(error);
+  phase_ = Phase::kSendingLast;
+}
+
+absl::StatusOr<PeerInfo> ServerHandshakeState::PeerRefused() const {
+  ASSIGN_OR_RETURN(Refused refused, ParseRefused(payload_));
+  return absl::PermissionDeniedError(
+      absl::StrCat(client_, " refused the handshake: ", Printable(refused.reason)));
+}
+
+bool ServerHandshakeState::Advance() {
+  while (phase_ != Phase::kEnded) {
+    if (absl::Now() >= deadline_) {
+      // A refusal that could not be sent in time: the refusal's error
+      // matters more than the send's.
+      if (phase_ == Phase::kSendingLast && !last_.ok()) {
+        End(std::move(last_));
+      } else {
+        End(absl::DeadlineExceededError(absl::StrCat(
+            "handshake with ", peer_, ", ",
+            phase_ == Phase::kSendingLast ? "sending its welcome"
+                                          : absl::StrCat("waiting for ", DescribeTypes(Expected())),
+            ": not done within ", absl::FormatDuration(options_.timeout), " (", header_got_, " of ",
+            kFrameHeaderSize, " header bytes and ", payload_got_, " payload bytes of a frame received, ",
+            output_sent_, " of ", output_.size(), " bytes sent)")));
+      }
+      break;
+    }
+    if (output_sent_ < output_.size()) {
+      absl::StatusOr<size_t> sent = socket_.WriteSome(absl::MakeSpan(output_).subspan(output_sent_));
+      if (!sent.ok()) {
+        End(phase_ == Phase::kSendingLast && !last_.ok()
+                ? std::move(last_)
+                : absl::StatusOr<PeerInfo>(absl::Status(
+                      sent.status().code(),
+                      absl::StrCat("handshake with ", peer_, ": sending: ", sent.status().message()))));
+        break;
+      }
+      if (*sent == 0) return false;  // the kernel takes no more now: POLLOUT
+      output_sent_ += *sent;
+      continue;
+    }
+    if (phase_ == Phase::kSendingLast) {
+      End(std::move(last_));
+      break;
+    }
+    absl::StatusOr<bool> whole = ReadFrameSome();
+    if (!whole.ok()) {
+      End(absl::Status(whole.status().code(),
+                       absl::StrCat("handshake with ", peer_, ", waiting for ", DescribeTypes(Expected()),
+                                    ": ", whole.status().message())));
+      break;
+    }
+    if (!*whole) return false;  // nothing more has arrived: POLLIN
+    if (absl::Status s = OnFrame(); !s.ok()) {
+      End(s);
+      break;
+    }
+    header_got_ = payload_got_ = 0;
+    header_.reset();
+    payload_.clear();
+  }
+  return true;
+}
+
+absl::StatusOr<bool> ServerHandshakeState::ReadFrameSome() {
+  while (!header_.has_value()) {
+    absl::StatusOr<size_t> got =
+        socket_.ReadSome(&header_bytes_[header_got_], kFrameHeaderSize - header_got_);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("reading a frame header: ", got.status().message(), " after ",
+                                       header_got_, " of ", kFrameHeaderSize, " bytes"));
+    }
+    if (*got == 0) return false;
+    header_got_ += *got;
+    if (header_got_ < kFrameHeaderSize) continue;
+    ASSIGN_OR_RETURN(FrameHeader header, ParseFrameHeader(header_bytes_, /*authenticated=*/false));
+    uint64_t max_payload = 0;
+    for (FrameType type : Expected()) max_payload = std::max(max_payload, MaxFrameLength(type));
+    if (header.length > max_payload) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("a ", FrameTypeName(header.type), " frame of ", header.length,
+                       " bytes exceeds this receiver's limit of ", max_payload, " bytes"));
+    }
+    header_ = header;
+    payload_.resize(header.length);  // at most kMaxRefusedPayload
+  }
+  while (payload_got_ < payload_.size()) {
+    absl::StatusOr<size_t> got = socket_.ReadSome(&payload_[payload_got_], payload_.size() - payload_got_);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("reading the payload of a ", FrameTypeName(header_->type),
+                                       " frame: ", got.status().message(), " after ", payload_got_, " of ",
+                                       payload_.size(), " bytes"));
+    }
+    if (*got == 0) return false;
+    payload_got_ += *got;
+  }
+  const absl::Span<const FrameType> expected = Expected();
+  if (std::find(expected.begin(), expected.end(), header_->type) == expected.end()) {
+    return absl::DataLossError(absl::StrCat("expected ", DescribeTypes(expected), ", got a ",
+                                            FrameTypeName(header_->type), " frame"));
+  }
+  return true;
+}
+
+absl::Status ServerHandshakeState::OnFrame() {
+  const std::optional<Secret>& secret = options_.secret;
+  if (phase_ == Phase::kHello) {
+    ASSIGN_OR_RETURN(hello_, ParseHello(payload_));
+    client_ = absl::StrCat("client '", hello_.name, "' at ", peer_);
+    const uint16_t low = std::max(hello_.min_version, kMinProtocolVersion);
+    version_ = std::min(hello_.max_version, kMaxProtocolVersion);
+    if (low > version_) {
+      const std::string versions =
+          absl::StrCat("the client speaks protocol versions ", hello_.min_version, "..", hello_.max_version,
+                       ", this server ", kMinProtocolVersion, "..", kMaxProtocolVersion);
+      Refuse(absl::StrCat("no common version: ", versions),
+             absl::FailedPreconditionError(absl::StrCat(client_, ": no common version: ", versions)));
+      return absl::OkStatus();
+    }
+    if (!secret) {
+      if (!socket_.local_address().IsLoopback()) {
+        Refuse(
+            "this server has no secret and accepts only loopback connections",
+            absl::PermissionDeniedError(absl::StrCat(client_, " came to ", socket_.local_address().ToString(),
+                                                     ", not over loopback; without a secret only loopback "
+                                                     "connections are accepted")));
+        return absl::OkStatus();
+      }
+    } else if ((hello_.flags & kHelloHasSecret) == 0) {
+      Refuse("this server requires a shared secret and the client has none",
+             absl::UnauthenticatedError(absl::StrCat(client_, " has no secret; this server requires one")));
+      return absl::OkStatus();
+    }
+    Challenge challenge{version_, secret ? kChallengeRequiresAuth : 0, {}, {}};
+    RETURN_IF_ERROR(FillRandom(absl::MakeSpan(challenge.nonce)));
+    server_nonce_ = challenge.nonce;
+    if (secret) {
+      ASSIGN_OR_RETURN(challenge.mac, ServerMac(*secret, hello_.nonce, challenge.nonce));
+    }
+    Queue(FrameType::kChallenge, EncodeChallenge(challenge));
+    phase_ = Phase::kProof;
+    return absl::OkStatus();
+  }
+  // The proof, or the client's refusal of this server.
+  if (header_->type == FrameType::kRefused) return PeerRefused().status();
+  ASSIGN_OR_RETURN(Proof proof, ParseProof(payload_));
+  if (secret) {
+    ASSIGN_OR_RETURN(Digest expected, ClientMac(*secret, server_nonce_, hello_.nonce));
+    if (!ConstantTimeEquals(expected, proof.mac)) {
+      Refuse("authentication failed",
+             absl::UnauthenticatedError(absl::StrCat(client_,
+                                                     " failed to prove that it holds the shared secret (a "
+                                                     "different secret, or a proof replayed from another "
+                                                     "connection)")));
+      return absl::OkStatus();
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<uint8_t> welcome, EncodeWelcome({options_.name}));
+  Queue(FrameType::kWelcome, welcome);
+  last_ = PeerInfo{hello_.name, version_, secret.has_value()};
+  phase_ = Phase::kSendingLast;
+  return absl::OkStatus();
 }
 
 absl::Status CheckListenPolicy(const SocketAddress& address, bool has_secret) {

@@ -60,6 +60,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/auth.h"
+#include "transport/frame.h"
 #include "transport/socket.h"
 
 namespace causeway::transport {
@@ -205,6 +206,83 @@ absl::StatusOr<PeerInfo> ClientHandshake(Socket& socket, const ClientHandshakeOp
 //   DataLoss, Unavailable, ...  a malformed message, a frame that is not
 //                     part of the handshake, a lost connection.
 absl::StatusOr<PeerInfo> ServerHandshake(Socket& socket, const ServerHandshakeOptions& options);
+
+// The server side of one handshake, driven without blocking: Advance reads
+// what has arrived and sends what is due, and says when the handshake has
+// ended. One thread serves any number of them (IslandServer serves every
+// connection in its handshake from its accept loop, with no thread per
+// connection); ServerHandshake drives one to its end. It reads nothing past
+// the client's proof, so what the client sends once welcomed stays on the
+// socket for the connection. Errors (result()) are ServerHandshake's.
+//
+//   ServerHandshakeState state(std::move(socket), options);
+//   while (!state.Advance()) poll(state.fd(), state.events(), state.deadline());
+//   ASSIGN_OR_RETURN(PeerInfo peer, state.result());
+//   Socket welcomed = state.TakeSocket();
+class ServerHandshakeState {
+ public:
+  // The handshake's deadline is options.timeout from now.
+  ServerHandshakeState(Socket socket, const ServerHandshakeOptions& options);
+  ServerHandshakeState(const ServerHandshakeState&) = delete;
+  ServerHandshakeState& operator=(const ServerHandshakeState&) = delete;
+
+  // Reads and writes until the socket would block or the handshake ends;
+  // true once it has ended (also when the deadline has passed). On failure
+  // the socket has been shut down, after a Refused frame when the server
+  // refused the client.
+  bool Advance();
+
+  // What to wait for before the next Advance: POLLIN or POLLOUT on fd(),
+  // until deadline() at most.
+  short events() const;
+  int fd() const { return socket_.fd(); }
+  absl::Time deadline() const { return deadline_; }
+  const Socket& socket() const { return socket_; }
+
+  // Once ended: the peer, or why the handshake failed.
+  const absl::StatusOr<PeerInfo>& result() const { return result_; }
+  // Once ended: the socket (for the connection, when the peer was welcomed).
+  Socket TakeSocket() { return std::move(socket_); }
+
+ private:
+  enum class Phase { kHello, kProof, kSendingLast, kEnded };
+  // The frame types that may come next, for messages and bounds.
+  absl::Span<const FrameType> Expected() const;
+  // Reads what it can of the next frame; true once `frame_` holds it whole.
+  absl::StatusOr<bool> ReadFrameSome();
+  // Acts on the whole frame in `frame_`.
+  absl::Status OnFrame();
+  // Queues a frame to send.
+  void Queue(FrameType type, absl::Span<const uint8_t> payload);
+  // Queues a Refused frame; the handshake ends with `error` once it is sent
+  // (or cannot be).
+  void Refuse(absl::string_view reason, absl::Status error);
+  absl::StatusOr<PeerInfo> PeerRefused() const;
+  void End(absl::StatusOr<PeerInfo> result);
+
+  Socket socket_;
+  const ServerHandshakeOptions options_;
+  const absl::Time deadline_;
+  const std::string peer_;
+  Phase phase_ = Phase::kHello;
+  // The frame coming in: its header bytes, then its payload.
+  std::array<uint8_t, kFrameHeaderSize> header_bytes_{};
+  size_t header_got_ = 0;
+  std::optional<FrameHeader> header_;
+  std::vector<uint8_t> payload_;
+  size_t payload_got_ = 0;
+  // Bytes to send, and how many are sent.
+  std::vector<uint8_t> output_;
+  size_t output_sent_ = 0;
+  // The result once the last frame (welcome or refusal) is sent.
+  absl::StatusOr<PeerInfo> last_ = absl::UnknownError("handshake not ended");
+  // From the hello and the challenge.
+  Hello hello_;
+  std::string client_;
+  uint16_t version_ = 0;
+  Nonce server_nonce_{};
+  absl::StatusOr<PeerInfo> result_ = absl::UnknownError("handshake not ended");
+};
 
 // Whether a server may listen on `address`: a server without a secret may
 // listen only on a loopback address. Call before Socket::Listen; the server

@@ -1,9 +1,11 @@
 #include "transport/island_server.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -218,10 +220,12 @@ std::string HostOf(const SocketAddress& address) {
 // the session's worker, and what waits for devices, to its outbox.
 class IslandServer::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(IslandServer* server, Socket socket)
+  // `socket`'s server handshake has ended, welcoming `peer`.
+  Session(IslandServer* server, Socket socket, PeerInfo peer)
       : server_(server),
         source_(HostOf(socket.peer_address())),
         socket_(std::move(socket)),
+        peer_(std::move(peer)),
         host_budget_(std::make_shared<HostBudget>(absl::StrCat("session ", serial_, " from ", source_),
                                                   server->options_.session_host_budget)) {}
 
@@ -236,7 +240,6 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   // once, by the thread that holds the last reference to come (the reaper
   // or the server's destructor).
   void Teardown(const absl::Status& why) {
-    Join();
     FailReceivers(why);
     std::unique_ptr<Connection> connection;
     std::shared_ptr<Client> client;
@@ -280,23 +283,6 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     RetireWhenDone();
   }
 
-  // The handshake, then serving; on the session's own thread.
-  void Start() {
-    thread_ = std::thread([self = shared_from_this()] {
-      Tracer::NameThread("session");
-      self->Run();
-    });
-  }
-  void Join() {
-    if (thread_.joinable()) thread_.join();
-  }
-  bool done() const { return done_.load(); }
-  // Still in its handshake: accepted, not yet authenticated, not ended.
-  bool unauthenticated() const {
-    if (done_.load()) return false;
-    absl::MutexLock lock(&mu_);
-    return connection_ == nullptr;
-  }
   // The host the connection came from (its address without the port).
   const std::string& source() const { return source_; }
   void Close(const std::string& why) {
@@ -344,11 +330,10 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     ByteRanges begun;  // each byte once: bytes sent twice fail the session
   };
 
-  void Run() {
-    ServerHandshakeOptions handshake;
-    handshake.name = server_->options_.name;
-    handshake.secret = server_->options_.secret;
-    handshake.timeout = server_->options_.handshake_timeout;
+ public:
+  // Serves the connection, on its own reader thread from now on.
+  // ResourceExhausted when its threads cannot be made.
+  absl::Status Start() {
     ConnectionOptions options = server_->options_.connection;
     std::weak_ptr<Session> weak = shared_from_this();
     options.data_sink.begin = [weak](const DataHeader& h) -> absl::StatusOr<uint8_t*> {
@@ -359,25 +344,23 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     options.data_sink.end = [weak](const DataHeader& h) {
       if (auto self = weak.lock()) self->EndData(h);
     };
-    auto connection = Connection::Accept(std::move(socket_), handshake, options,
-                                         [weak](const Request& r) -> absl::StatusOr<Response> {
-                                           auto self = weak.lock();
-                                           if (self == nullptr) return absl::UnavailableError("session ended");
-                                           return self->Handle(r);
-                                         });
-    if (!connection.ok()) {
-      std::fprintf(stderr, "island '%s': refused a connection: %s\n", server_->options_.name.c_str(),
-                   std::string(connection.status().message()).c_str());
-      done_ = true;
-      return;
-    }
+    const std::string peer_name = peer_.name;
+    ASSIGN_OR_RETURN(auto connection, Connection::Adopt(std::move(socket_), std::move(peer_), options,
+                                                        [weak](const Request& r) -> absl::StatusOr<Response> {
+                                                          auto self = weak.lock();
+                                                          if (self == nullptr)
+                                                            return absl::UnavailableError("session ended");
+                                                          return self->Handle(r);
+                                                        }));
     absl::MutexLock lock(&mu_);
-    peer_name_ = (*connection)->peer().name;
-    connection_ = *std::move(connection);
+    peer_name_ = peer_name;
+    connection_ = std::move(connection);
     serving_ = true;
     if (closed_) connection_->Close("the island is shutting down");
+    return absl::OkStatus();
   }
 
+ private:
   absl::StatusOr<std::shared_ptr<Client>> client() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (client_ == nullptr) {
       ASSIGN_OR_RETURN(client_, server_->island_->Connect(peer_name_));
@@ -487,9 +470,9 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     if (!in.ParseFromString(request.island())) return absl::InvalidArgumentError("not an IslandRequest");
     IslandResponse out;
     absl::MutexLock lock(&mu_);
-    // The connection serves as soon as its handshake ends, perhaps before
-    // Run has taken it and the peer's name: a request waits for that (the
-    // tenant's client is named by it).
+    // The connection serves as soon as it starts, perhaps before Start has
+    // taken it and the peer's name: a request waits for that (the tenant's
+    // client is named by it).
     auto serving = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return serving_ || closed_; };
     mu_.Await(absl::Condition(&serving));
     switch (in.kind_case()) {
@@ -841,12 +824,12 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
   IslandServer* server_;
   const uint64_t serial_ = NextSessionSerial();
   const std::string source_;
+  // Until Start gives them to the connection.
   Socket socket_;
+  PeerInfo peer_;
   // Shared with the charges, which may outlive the session (an early value
   // held by a receiver of another session's program).
   const std::shared_ptr<HostBudget> host_budget_;
-  std::thread thread_;
-  std::atomic<bool> done_{false};
   // Touched only on the connection's reader thread, and by Teardown once
   // that thread has ended.
   std::shared_ptr<Receiver> current_receiver_;
@@ -971,55 +954,127 @@ size_t IslandServer::sessions() const {
   return sessions_.size();
 }
 
+// The connections in their handshake, served by the accept loop.
+class IslandServer::Handshakes {
+ public:
+  struct Entry {
+    std::unique_ptr<ServerHandshakeState> state;
+    std::string source;  // the host it came from
+  };
+  std::vector<Entry>& entries() { return entries_; }
+  size_t FromSource(const std::string& source) const {
+    return std::count_if(entries_.begin(), entries_.end(),
+                         [&](const Entry& e) { return e.source == source; });
+  }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
 void IslandServer::AcceptLoop() {
+  Handshakes handshakes;
+  std::vector<pollfd> fds;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return;
+      if (stopping_) break;
     }
-    absl::StatusOr<Socket> socket = listener_.Accept(absl::Now() + absl::Milliseconds(100));
-    if (!socket.ok()) {
-      if (absl::IsDeadlineExceeded(socket.status())) continue;
-      // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays
-      // queued; say so once and retry after a pause rather than spin, while
-      // the sessions already served go on.
-      Refused(absl::StrCat("accepting a connection failed: ", socket.status().message()));
+    // Wakes for the listener, any handshake's socket, the first handshake
+    // deadline, and at least every 100 ms to see Shutdown.
+    fds.assign(1, pollfd{listener_.fd(), POLLIN, 0});
+    absl::Time wake = absl::Now() + absl::Milliseconds(100);
+    for (const Handshakes::Entry& h : handshakes.entries()) {
+      fds.push_back(pollfd{h.state->fd(), h.state->events(), 0});
+      wake = std::min(wake, h.state->deadline());
+    }
+    const int64_t ms = std::max<int64_t>(
+        0, absl::ToInt64Milliseconds(absl::Ceil(wake - absl::Now(), absl::Milliseconds(1))));
+    if (poll(fds.data(), fds.size(), static_cast<int>(ms)) < 0 && errno != EINTR) {
+      Refused(absl::StrCat("poll in the accept loop: ", std::strerror(errno)));
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
-    auto session = std::make_shared<Session>(this, *std::move(socket));
-    std::vector<std::shared_ptr<Session>> current;
-    {
-      absl::MutexLock lock(&mu_);
-      current = sessions_;
+    // Handshakes first (fds[1..] are theirs, in order), then the listener,
+    // whose new connections join the list after.
+    const absl::Time now = absl::Now();
+    std::vector<Handshakes::Entry>& entries = handshakes.entries();
+    size_t kept = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if ((fds[i + 1].revents != 0 || now >= entries[i].state->deadline()) && entries[i].state->Advance()) {
+        HandshakeEnded(*entries[i].state);
+        continue;
+      }
+      if (kept != i) entries[kept] = std::move(entries[i]);
+      ++kept;
     }
-    // Counted outside the server's lock: a session takes its own lock before
-    // the server's, never after.
-    int pending = 0, from_source = 0;
-    for (const auto& s : current) {
-      if (!s->unauthenticated()) continue;
-      ++pending;
-      from_source += s->source() == session->source();
+    entries.resize(kept);
+    if (fds[0].revents != 0) AcceptQueued(handshakes);
+    handshakes_ = entries.size();
+  }
+  // Shutting down: the handshakes in progress end with their sockets.
+  handshakes_ = 0;
+}
+
+void IslandServer::AcceptQueued(Handshakes& handshakes) {
+  for (int accepted = 0; accepted < 64; ++accepted) {
+    absl::StatusOr<Socket> socket = listener_.Accept(absl::Now());
+    if (!socket.ok()) {
+      if (absl::IsDeadlineExceeded(socket.status())) return;  // nothing more queued
+      // Out of descriptors (EMFILE, ENFILE) or memory: the connection stays
+      // queued; say so and retry after a pause rather than spin, while the
+      // sessions already served go on.
+      Refused(absl::StrCat("accepting a connection failed: ", socket.status().message()));
+      absl::SleepFor(absl::Milliseconds(50));
+      return;
     }
-    if (pending >= options_.max_unauthenticated || from_source >= options_.max_unauthenticated_per_address) {
-      // Dropping the session closes the socket: the peer sees the
-      // connection closed before any handshake.
-      Refused(absl::StrCat("refused a connection from ", session->source(), ": ", pending,
+    const std::string source = HostOf(socket->peer_address());
+    const size_t pending = handshakes.entries().size(), from_source = handshakes.FromSource(source);
+    if (pending >= static_cast<size_t>(options_.max_unauthenticated) ||
+        from_source >= static_cast<size_t>(options_.max_unauthenticated_per_address)) {
+      // Dropping the socket closes it: the peer sees the connection closed
+      // before any handshake.
+      Refused(absl::StrCat("refused a connection from ", source, ": ", pending,
                            " connections are in their handshake (at most ", options_.max_unauthenticated,
                            "), ", from_source, " from that address (at most ",
                            options_.max_unauthenticated_per_address, ")"));
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    try {
-      session->Start();
-    } catch (const std::system_error& e) {
-      Refused(absl::StrCat("no thread for a connection from ", session->source(), ": ", e.what()));
+    ServerHandshakeOptions options;
+    options.name = options_.name;
+    options.secret = options_.secret;
+    options.timeout = options_.handshake_timeout;
+    auto state = std::make_unique<ServerHandshakeState>(*std::move(socket), options);
+    // The hello may be there already.
+    if (state->Advance()) {
+      HandshakeEnded(*state);
       continue;
     }
-    sessions_.push_back(session);
+    handshakes.entries().push_back({std::move(state), source});
   }
+}
+
+void IslandServer::HandshakeEnded(ServerHandshakeState& handshake) {
+  if (!handshake.result().ok()) {
+    Refused(absl::StrCat("refused a connection: ", handshake.result().status().message()));
+    return;
+  }
+  auto session = std::make_shared<Session>(this, handshake.TakeSocket(), *handshake.result());
+  // Started outside the server's lock: a session takes its own lock before
+  // the server's, never after.
+  if (absl::Status s = session->Start(); !s.ok()) {
+    Refused(absl::StrCat("refused a connection from ", session->source(), ": ", s.message()));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      sessions_.push_back(session);
+      return;
+    }
+  }
+  // Shutdown came meanwhile and closed the sessions in the list: this one
+  // ends here.
+  session->Teardown(absl::CancelledError(absl::StrCat("island '", options_.name, "' is shutting down")));
 }
 
 void IslandServer::Refused(const std::string& why) {
@@ -1050,7 +1105,7 @@ void IslandServer::ReapLoop() {
       sessions = sessions_;
     }
     for (auto& s : sessions) {
-      if (s->done() || !s->status().ok()) ended.push_back(s);
+      if (!s->status().ok()) ended.push_back(s);
     }
     // Torn down before they leave the list, so that sessions() counts a
     // session until everything it held is back.

@@ -33,6 +33,7 @@
 #include "scheduler/island.h"
 #include "transport/auth.h"
 #include "transport/connection.h"
+#include "transport/handshake.h"
 #include "transport/launch.h"
 #include "transport/socket.h"
 
@@ -63,7 +64,8 @@ struct IslandServerOptions {
   // Admission: connections still in their handshake (not yet authenticated)
   // at once, overall and from one source address. A connection past either
   // cap is closed as soon as it is accepted; authenticated sessions are not
-  // counted. Each holds a thread for at most the handshake deadline.
+  // counted. Handshakes hold no thread: the accept loop serves them all, each
+  // for at most the handshake deadline.
   int max_unauthenticated = 64;
   int max_unauthenticated_per_address = 16;
   // How long a connection may take over its handshake.
@@ -94,8 +96,11 @@ class IslandServer {
   void Shutdown();
   // Blocks until Shutdown.
   void Wait();
-  // Live sessions (controllers and peer islands).
+  // Live sessions (controllers and peer islands), from the end of their
+  // handshake until everything they held is back.
   size_t sessions() const;
+  // Connections accepted and still in their handshake.
+  size_t handshakes() const { return handshakes_.load(); }
 
   // Internal: the receiving end of a channel, by id (null if unknown).
   class Receiver;
@@ -104,7 +109,15 @@ class IslandServer {
 
  private:
   IslandServer(Runtime* runtime, IslandServerOptions options);
+  // Accepts connections and serves every handshake in progress, on one
+  // thread; starts a session for each peer welcomed.
   void AcceptLoop();
+  class Handshakes;
+  // Accepts what is queued on the listener (at most a few dozen at a time),
+  // closing at once a connection past the handshake caps.
+  void AcceptQueued(Handshakes& handshakes);
+  // A handshake that ended: a session for the welcomed peer, or a note.
+  void HandshakeEnded(ServerHandshakeState& handshake);
   // Notes a refused or failed connection on stderr (rate-limited); the
   // accept loop's thread only.
   void Refused(const std::string& why);
@@ -142,6 +155,7 @@ class IslandServer {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::atomic<size_t> handshakes_{0};
   // The accept loop's own (Refused).
   absl::Time last_refusal_note_ = absl::InfinitePast();
   int unsaid_refusals_ = 0;

@@ -435,6 +435,39 @@ absl::Status Socket::ReadExact(void* out, size_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> Socket::ReadSome(void* out, size_t n) {
+  if (!valid()) return InvalidSocketError("ReadSome");
+  if (n == 0) return 0;
+  for (;;) {
+    const ssize_t r = recv(fd_, out, n, 0);
+    if (r > 0) return static_cast<size_t>(r);
+    if (r == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("read from ", peer_.ToString(), ": peer closed the connection"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return ErrnoError(errno, absl::StrCat("read from ", peer_.ToString()));
+  }
+}
+
+absl::StatusOr<size_t> Socket::WriteSome(absl::Span<const uint8_t> bytes) {
+  if (!valid()) return InvalidSocketError("WriteSome");
+  if (bytes.empty()) return 0;
+  for (;;) {
+    const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    return ErrnoError(errno, absl::StrCat("write to ", peer_.ToString()));
+  }
+}
+
+absl::StatusOr<bool> Socket::Wait(short events, absl::Time deadline) const {
+  if (!valid()) return InvalidSocketError("Wait");
+  return PollUntil(fd_, events, deadline);
+}
+
 void Socket::ShutdownBoth() {
   if (valid()) shutdown(fd_, SHUT_RDWR);
 }

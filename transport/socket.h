@@ -137,6 +137,24 @@ class Socket {
   // stream: the connection should be closed.
   absl::Status ReadExact(void* out, size_t n, absl::Time deadline);
 
+  // Without waiting: reads into `out` at most `n` of the bytes that have
+  // arrived, and returns how many (0 when none has). For a thread that
+  // serves many connections (IslandServer's handshakes); Wait says when to
+  // call again. Errors: as ReadExact's Unavailable ("peer closed the
+  // connection after 0 of 16 bytes" at end of stream; the caller's count of
+  // what it has of `n` goes in the message).
+  absl::StatusOr<size_t> ReadSome(void* out, size_t n);
+
+  // Without waiting: sends as much of `bytes` as the kernel takes now, and
+  // returns how many (0 when it takes none). Errors: as WriteAll's
+  // Unavailable.
+  absl::StatusOr<size_t> WriteSome(absl::Span<const uint8_t> bytes);
+
+  // Waits until the socket is ready for `events` (POLLIN, POLLOUT), or has
+  // an error or hangup that the next call reports: true; false when
+  // `deadline` came first.
+  absl::StatusOr<bool> Wait(short events, absl::Time deadline) const;
+
   // Shuts down both directions: the peer reads end of stream, and reads and
   // writes blocked in other threads return at once. The descriptor stays
   // open until Close or destruction. Does nothing on an invalid socket.

@@ -3,9 +3,12 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -434,6 +437,85 @@ TEST(HandshakeTest, InvalidOwnNameIsRefusedBeforeSending) {
 }
 
 // Tests the listening rule: without a secret, loopback only.
+// Tests the server handshake as a state machine: one thread, polling,
+// serves six clients at once (each on a thread of its own, with the
+// secret) and a seventh that sent half a header and went quiet, which ends
+// at the deadline while the others are welcomed.
+TEST(ServerHandshakeStateTest, OneThreadServesManyHandshakesAtOnce) {
+  constexpr int kClients = 6;
+  std::vector<testing::SocketPair> pairs;
+  for (int i = 0; i <= kClients; ++i) pairs.push_back(*ConnectedPair());
+  ServerHandshakeOptions server = ServerOptions(MakeSecret('k'));
+  server.timeout = absl::Seconds(3);
+  std::vector<std::unique_ptr<ServerHandshakeState>> states;
+  for (auto& pair : pairs)
+    states.push_back(std::make_unique<ServerHandshakeState>(std::move(pair.server), server));
+  const std::array<uint8_t, kFrameHeaderSize> header = EncodeFrameHeader(FrameType::kHello, 50);
+  ASSERT_OK(pairs[kClients].client.WriteAll({absl::MakeConstSpan(header).first(8)}, In(absl::Seconds(5))));
+
+  std::vector<absl::StatusOr<PeerInfo>> clients(kClients, absl::UnknownError("not run"));
+  std::vector<std::function<void()>> bodies;
+  for (int i = 0; i < kClients; ++i) {
+    bodies.push_back([&, i] {
+      ClientHandshakeOptions options = ClientOptions(MakeSecret('k'));
+      options.name = absl::StrCat("client-", i);
+      clients[i] = ClientHandshake(pairs[i].client, options);
+    });
+  }
+  bodies.push_back([&] {
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<ServerHandshakeState*> waiting;
+      absl::Time wake = absl::InfiniteFuture();
+      for (auto& state : states) {
+        if (state->Advance()) continue;
+        fds.push_back({state->fd(), state->events(), 0});
+        waiting.push_back(state.get());
+        wake = std::min(wake, state->deadline());
+      }
+      if (waiting.empty()) return;
+      poll(fds.data(), fds.size(),
+           static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - absl::Now())) + 1));
+    }
+  });
+  RunConcurrently(std::move(bodies), absl::Seconds(30), "one thread serving seven handshakes");
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_OK(clients[i].status());
+    EXPECT_EQ(clients[i]->name, "server-island");
+    ASSERT_OK(states[i]->result().status());
+    EXPECT_EQ(states[i]->result()->name, absl::StrCat("client-", i));
+    EXPECT_TRUE(states[i]->result()->authenticated);
+  }
+  EXPECT_ERROR(states[kClients]->result().status(), absl::StatusCode::kDeadlineExceeded,
+               "waiting for a hello frame", "8 of 16 header bytes");
+}
+
+// Tests that the server reads nothing past the client's proof: a frame the
+// client sends with it (in the same write) stays on the socket for the
+// connection.
+TEST(ServerHandshakeStateTest, LeavesWhatFollowsTheProofOnTheSocket) {
+  ASSERT_OK_AND_ASSIGN(testing::SocketPair pair, ConnectedPair());
+  absl::StatusOr<PeerInfo> server = absl::UnknownError("not run");
+  RunConcurrently({[&] { server = ServerHandshake(pair.server, ServerOptions(std::nullopt)); },
+                   [&] {
+                     Hello hello{kMinProtocolVersion, kMaxProtocolVersion, 0, {}, "raw"};
+                     ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> hello_bytes, EncodeHello(hello));
+                     SendFrame(pair.client, FrameType::kHello, hello_bytes);
+                     ReceiveFrame(pair.client, FrameType::kChallenge);
+                     std::vector<uint8_t> bytes = WireBytes({FrameType::kProof, EncodeProof(Proof{})});
+                     const std::vector<uint8_t> heartbeat = WireBytes({FrameType::kHeartbeat, {1, 2, 3}});
+                     bytes.insert(bytes.end(), heartbeat.begin(), heartbeat.end());
+                     ASSERT_OK(pair.client.WriteAll({bytes}, In(absl::Seconds(5))));
+                     ReceiveFrame(pair.client, FrameType::kWelcome);
+                   }},
+                  absl::Seconds(20), "handshake");
+  ASSERT_OK(server.status());
+  EXPECT_EQ(server->name, "raw");
+  ASSERT_OK_AND_ASSIGN(Frame next, ReadFrame(pair.server, /*authenticated=*/true, 64, In(absl::Seconds(5))));
+  EXPECT_EQ(next.type, FrameType::kHeartbeat);
+  EXPECT_EQ(next.payload, (std::vector<uint8_t>{1, 2, 3}));
+}
+
 TEST(ListenPolicyTest, NonLoopbackWithoutSecretIsRefused) {
   for (const char* text : {"0.0.0.0:0", "[::]:0", "10.1.2.3:5000"}) {
     ASSERT_OK_AND_ASSIGN(SocketAddress address, SocketAddress::Parse(text));

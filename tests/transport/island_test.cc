@@ -1401,6 +1401,13 @@ size_t AwaitSessions(const IslandServer& server, size_t want) {
   return server.sessions();
 }
 
+// server.handshakes() once it equals `want`, or after 10 s.
+size_t AwaitHandshakes(const IslandServer& server, size_t want) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server.handshakes() != want && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  return server.handshakes();
+}
+
 // Connects to `address` and returns the socket, holding the connection in
 // its handshake (nothing is sent).
 Socket HoldHandshake(const SocketAddress& address) {
@@ -1432,18 +1439,19 @@ TEST(IslandServerTest, ConnectionsInTheirHandshakeAreCapped) {
     ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
     std::vector<Socket> held;
     for (int i = 0; i < 3; ++i) held.push_back(HoldHandshake(server->address()));
-    EXPECT_EQ(AwaitSessions(*server, 3), 3u);
+    EXPECT_EQ(AwaitHandshakes(*server, 3), 3u);
     // Past the cap: closed at once, however many come.
     for (int i = 0; i < 5; ++i) {
       Socket extra = HoldHandshake(server->address());
       ExpectClosedAtOnce(extra, absl::StrCat("connection ", 4 + i));
     }
-    EXPECT_EQ(server->sessions(), 3u);
+    EXPECT_EQ(server->handshakes(), 3u);
+    EXPECT_EQ(server->sessions(), 0u);
     // A controller is refused too while the cap is reached, ...
     EXPECT_FALSE(Controller::Connect({server->address().ToString()}).ok());
     // ... and served once the held connections are gone.
     held.clear();
-    EXPECT_EQ(AwaitSessions(*server, 0), 0u);
+    EXPECT_EQ(AwaitHandshakes(*server, 0), 0u);
     ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({server->address().ToString()}));
     ASSERT_OK_AND_ASSIGN(IslandDescription d, controller->Describe(0));
     EXPECT_EQ(d.name, "capped");
@@ -1484,6 +1492,46 @@ TEST(IslandServerTest, AnUploadPastTheSessionsHostBudgetIsRefused) {
   EXPECT_THAT(next.message(), AllOf(HasSubstr("needs 128 KiB of host memory, past the budget of session"),
                                     HasSubstr("0 B of 64 KiB in use")));
   round_trip(3);
+}
+
+// Tests that connections in their handshake hold no thread of the island:
+// 60 held at once (under the caps) leave its thread count where it was,
+// and a controller is served meanwhile, correctly. Before, each held a
+// thread for up to the handshake deadline (1500 idle connections made an
+// island of over 1200 threads).
+TEST(IslandServerTest, HandshakesInProgressHoldNoThreads) {
+  auto rt = MakeRuntime(1);
+  IslandServerOptions options;
+  options.name = "threadless";
+  options.max_unauthenticated = 64;
+  options.max_unauthenticated_per_address = 64;
+  options.handshake_timeout = absl::Seconds(60);  // the held connections stay held
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  const int threads = SettledEntries("/proc/self/task");
+  std::vector<Socket> held;
+  for (int i = 0; i < 60; ++i) held.push_back(HoldHandshake(server->address()));
+  // Half of them have begun: a hello's first bytes, then nothing.
+  for (int i = 0; i < 30; ++i) {
+    const std::array<uint8_t, kFrameHeaderSize> header = EncodeFrameHeader(FrameType::kHello, 50);
+    ASSERT_OK(held[i].WriteAll({absl::MakeConstSpan(header).first(i % kFrameHeaderSize + 1)},
+                               absl::Now() + causeway::testing::kSchedulingSlack));
+  }
+  ASSERT_EQ(AwaitHandshakes(*server, 60), 60u);
+  EXPECT_EQ(SettledEntries("/proc/self/task"), threads);
+  // Served meanwhile (its connection's threads come and go with it).
+  {
+    ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({server->address().ToString()}));
+    ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, controller->AllocateMesh(0, {1}));
+    std::vector<float> host = RandomFloats(1024, 7), back(host.size());
+    ASSERT_OK_AND_ASSIGN(RemoteArray x, controller->CreateArray(mesh, {1024}, DType::kF32));
+    ASSERT_OK(controller->Upload(x, host.data(), host.size() * 4));
+    ASSERT_OK(controller->Download(x, back.data(), back.size() * 4, absl::Now() + kRunTimeout));
+    EXPECT_EQ(back, host);
+  }
+  EXPECT_EQ(server->handshakes(), 60u);
+  held.clear();
+  EXPECT_EQ(AwaitHandshakes(*server, 0), 0u);
+  EXPECT_EQ(AwaitSessions(*server, 0), 0u);
 }
 
 // Tests that `causeway island` takes its handshake caps from the command
