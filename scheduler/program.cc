@@ -148,6 +148,11 @@ ProgramBuilder& ProgramBuilder::CollectivePermute(std::string node, std::shared_
                     std::move(output), std::move(options));
 }
 
+ProgramBuilder& ProgramBuilder::ChargeTo(std::shared_ptr<HostBudget> budget) {
+  budget_ = std::move(budget);
+  return *this;
+}
+
 absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
   HostSpan span("build");
   if (span.active()) span.set_args(absl::StrCat("\"program\":", JsonQuote(name_)));
@@ -275,7 +280,9 @@ absl::StatusOr<std::shared_ptr<const Program>> ProgramBuilder::Build() const {
                                                    value.mesh->island(), "'; transfers between islands are "
                                                    "not supported yet"));
     }
-    auto plan = PlanTransfer(value.shape, value.dtype, *value.mesh, value.sharding, *mesh, sharding);
+    auto plan = PlanTransfer(value.shape, value.dtype, *value.mesh, value.sharding, *mesh, sharding, budget_,
+                             absl::StrCat("moving '", value.name, "' for ", what));
+    if (absl::IsResourceExhausted(plan.status())) return plan.status();
     if (!plan.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": moving '", value.name, "' ", ShapeString(value.shape),
                                                      " to ", mesh->DebugString(), " as ", sharding.ToString(),

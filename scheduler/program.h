@@ -152,6 +152,12 @@ class ProgramBuilder {
   ProgramBuilder& Receive(std::string node, std::shared_ptr<Mesh> mesh, std::string value, Shape shape,
                           DType dtype, Sharding sharding, std::shared_ptr<Channel> channel);
 
+  // Charges the host memory of the program's transfer plans (a region per
+  // contiguous run) to `budget`, as each is planned: Build fails with
+  // ResourceExhausted naming the node when one does not fit. Islands charge
+  // the loading session's budget.
+  ProgramBuilder& ChargeTo(std::shared_ptr<HostBudget> budget);
+
   absl::StatusOr<std::shared_ptr<const Program>> Build() const;
 
  private:
@@ -179,6 +185,7 @@ class ProgramBuilder {
     DType dtype = DType::kF32;
   };
   std::string name_;
+  std::shared_ptr<HostBudget> budget_;
   std::vector<Param> params_;
   std::vector<Node> nodes_;
   std::vector<std::string> outputs_;

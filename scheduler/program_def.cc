@@ -356,7 +356,8 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 
 absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
     const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes,
-    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels) {
+    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels,
+    std::shared_ptr<HostBudget> host_budget) {
   RETURN_IF_ERROR(CheckName("program", def.name()));
   const std::string program = absl::StrCat("program '", def.name(), "'");
   RETURN_IF_ERROR(CheckCount(program, "meshes", def.meshes().size(), kMaxDefMeshes));
@@ -441,6 +442,7 @@ absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
   }
 
   ProgramBuilder b(def.name());
+  b.ChargeTo(std::move(host_budget));
   for (int i = 0; i < def.parameters().size(); ++i) {
     const ParameterDef& p = def.parameters(i);
     RETURN_IF_ERROR(CheckName(absl::StrCat("parameter ", i), p.value()));

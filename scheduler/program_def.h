@@ -70,6 +70,8 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 // `channels` binds the channel ids of the def's send and receive nodes (a
 // part of a program split over islands, scheduler/split.h) to the channels
 // that carry them; an id it lacks is InvalidArgument naming the node.
+// `host_budget`, if set, is charged for the program's transfer plans
+// (ProgramBuilder::ChargeTo).
 //
 // Example:
 //   ASSIGN_OR_RETURN(ProgramDef def, ParseProgramDefText(text, "program.txt"));
@@ -78,7 +80,8 @@ absl::StatusOr<std::shared_ptr<const Function>> FunctionFromDef(const FunctionDe
 //   ASSIGN_OR_RETURN(auto exe, client->Load(program));
 absl::StatusOr<std::shared_ptr<const Program>> BuildProgram(
     const ProgramDef& def, const absl::flat_hash_map<std::string, std::shared_ptr<Mesh>>& meshes,
-    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels = {});
+    const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels = {},
+    std::shared_ptr<HostBudget> host_budget = nullptr);
 
 // Parses a ProgramDef in protobuf text format. InvalidArgument carrying the
 // parser's errors, each as "<source_name>:<line>:<column>: <reason>" (1-based),

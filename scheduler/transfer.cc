@@ -1,7 +1,10 @@
 #include "scheduler/transfer.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "runtime/checked_size.h"
 #include "runtime/status.h"
 
 namespace causeway {
@@ -25,6 +28,25 @@ Box ShardBox(const Shape& shape, const Sharding& sharding, const Mesh& mesh, int
   return b;
 }
 
+// The first axis from which a run of `in` is contiguous in both layouts:
+// the axes after it are whole in `in`, `src` and `dst` (-1: all are).
+int RunAxis(const Box& in, const Box& src, const Box& dst) {
+  auto extent = [](const Box& b, int k) { return b.hi[k] - b.lo[k]; };
+  int k = static_cast<int>(in.lo.size()) - 1;
+  while (k >= 0 && extent(in, k) == extent(src, k) && extent(in, k) == extent(dst, k)) --k;
+  return k;
+}
+
+// How many regions Regions(in, src, dst, ...) makes, before merging: one per
+// index of the axes before the run axis.
+uint64_t RegionCount(const Box& in, const Box& src, const Box& dst) {
+  uint64_t n = 1;
+  // Each factor is at most an axis of a shape whose element count is
+  // checked, so the product is at most that count.
+  for (int i = 0; i < RunAxis(in, src, dst); ++i) n *= static_cast<uint64_t>(in.hi[i] - in.lo[i]);
+  return n;
+}
+
 // Copies the intersection `in` of two boxes from a shard laid out as `src`
 // to one laid out as `dst` (each row-major over its own box), as contiguous
 // byte regions.
@@ -33,8 +55,7 @@ std::vector<CommandList::CopyRegion> Regions(const Box& in, const Box& src, cons
   auto extent = [](const Box& b, int k) { return b.hi[k] - b.lo[k]; };
   // Axes after k are whole in both layouts: a run is contiguous over them
   // and over the range of axis k.
-  int k = rank - 1;
-  while (k >= 0 && extent(in, k) == extent(src, k) && extent(in, k) == extent(dst, k)) --k;
+  const int k = RunAxis(in, src, dst);
   int64_t run = 1;
   for (int i = std::max(k, 0); i < rank; ++i) run *= extent(in, i);
   std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
@@ -83,16 +104,22 @@ size_t TransferPlan::region_count() const {
   return n;
 }
 
-absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(const Shape& shape, DType dtype, const Mesh& from,
-                                                                 const Sharding& from_sharding, const Mesh& to,
-                                                                 const Sharding& to_sharding) {
+absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(
+    const Shape& shape, DType dtype, const Mesh& from, const Sharding& from_sharding, const Mesh& to,
+    const Sharding& to_sharding, const std::shared_ptr<HostBudget>& budget, absl::string_view what) {
   RETURN_IF_ERROR(ShardShape(shape, from_sharding, from).status());
   RETURN_IF_ERROR(ShardShape(shape, to_sharding, to).status());
   // A scalar is an array of one element.
   const Shape global = shape.empty() ? Shape{1} : shape;
   const uint64_t elem = DTypeSize(dtype);
-  auto plan = std::make_shared<TransferPlan>();
-  plan->pieces.resize(to.size());
+  // What each target copies from which source: the plan's regions are
+  // counted (and charged) before any is made.
+  struct Part {
+    int target, source;
+    Box in, src, dst;
+  };
+  std::vector<Part> parts;
+  uint64_t regions = 0;
   for (int t = 0; t < to.size(); ++t) {
     const Box want = ShardBox(global, to_sharding, to, t);
     // Source blocks: the distinct boxes of the source layout; for each, the
@@ -122,8 +149,21 @@ absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(const Shape& sh
       for (int p : holders) {
         if (from.device(p) == to.device(t)) source = p;
       }
-      plan->pieces[t].push_back({source, Regions(in, box, want, elem)});
+      ASSIGN_OR_RETURN(regions, CheckedAdd(regions, RegionCount(in, box, want), "copy regions"));
+      parts.push_back({t, source, std::move(in), box, want});
     }
+  }
+  auto plan = std::make_shared<TransferPlan>();
+  if (budget != nullptr) {
+    ASSIGN_OR_RETURN(const uint64_t bytes,
+                     CheckedMul(regions, sizeof(CommandList::CopyRegion), "a plan's bytes"));
+    ASSIGN_OR_RETURN(plan->charge,
+                     HostBudget::Charge(budget, bytes,
+                                        absl::StrCat("the plan of ", what, " (", regions, " copy regions)")));
+  }
+  plan->pieces.resize(to.size());
+  for (Part& part : parts) {
+    plan->pieces[part.target].push_back({part.source, Regions(part.in, part.src, part.dst, elem)});
   }
   return plan;
 }

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "runtime/command_list.h"
+#include "runtime/host_budget.h"
 #include "scheduler/array.h"
 #include "scheduler/dtype.h"
 #include "scheduler/mesh.h"
@@ -27,14 +29,21 @@ struct TransferPlan {
   };
   std::vector<std::vector<Piece>> pieces;  // [target position]
   size_t region_count() const;
+  // Of the host budget of whoever asked for the plan (an island's session),
+  // for its regions; given back with the plan.
+  HostCharge charge;
 };
 
 // Plans moving an array of `shape` and `dtype` from `from` (laid out by
 // `from_sharding`) to `to` (by `to_sharding`). Errors when a sharding does
-// not fit its mesh.
-absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(const Shape& shape, DType dtype, const Mesh& from,
-                                                                 const Sharding& from_sharding, const Mesh& to,
-                                                                 const Sharding& to_sharding);
+// not fit its mesh. A plan holds a region per contiguous run (a reshard of
+// [N, 2] split on axis 1 has N per target), so with a `budget` its regions
+// are counted and charged to it before any is made: ResourceExhausted
+// naming `what` (e.g. "reshard 'r'") and the budget when they do not fit.
+absl::StatusOr<std::shared_ptr<const TransferPlan>> PlanTransfer(
+    const Shape& shape, DType dtype, const Mesh& from, const Sharding& from_sharding, const Mesh& to,
+    const Sharding& to_sharding, const std::shared_ptr<HostBudget>& budget = nullptr,
+    absl::string_view what = "a transfer");
 
 }  // namespace causeway
 

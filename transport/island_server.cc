@@ -572,7 +572,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
             loaded.receivers.push_back(r);
           }
         }
-        ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
+        // Its transfer plans are charged to this session's host budget.
+        ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels, host_budget_));
         ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
         // A peer's data header cannot size an early-arrival buffer beyond
         // what the receive declared.

@@ -156,6 +156,32 @@ TEST_F(TransferPlanTest, ScalarIsOneElement) {
 
 // Tests that a sharding that does not fit its mesh is refused, on either
 // side, with the sharding's error.
+// Tests that a plan's regions are charged to a host budget before any is
+// made: splitting the columns of a [4096, 2] array makes a 4-byte region per
+// row per target (8192 regions, 192 KiB of plan), refused by a 64 KiB budget
+// with nothing taken; a budget that holds it is charged for exactly those
+// regions until the plan goes.
+TEST_F(TransferPlanTest, RegionsAreChargedToTheBudgetBeforeTheyAreMade) {
+  const Mesh from = On({1}, {0}), to = On({2}, {0, 1});
+  const uint64_t plan_bytes = 8192 * sizeof(CommandList::CopyRegion);
+  auto small = std::make_shared<HostBudget>("session 7", 64 << 10);
+  absl::StatusOr<std::shared_ptr<const TransferPlan>> refused = PlanTransfer(
+      {4096, 2}, DType::kF32, from, Sharding::Replicated(), to, Sharding::Split(1), small, "reshard 'r'");
+  EXPECT_ERROR(refused.status(), absl::StatusCode::kResourceExhausted,
+               "the plan of reshard 'r' (8192 copy regions)", "session 7");
+  EXPECT_EQ(small->in_use(), 0u);
+
+  auto enough = std::make_shared<HostBudget>("session 8", 1 << 20);
+  {
+    ASSERT_OK_AND_ASSIGN(auto plan, PlanTransfer({4096, 2}, DType::kF32, from, Sharding::Replicated(), to,
+                                                 Sharding::Split(1), enough, "reshard 'r'"));
+    EXPECT_EQ(plan->region_count(), 8192u);
+    EXPECT_EQ(plan->pieces[1][0].regions[5].src_offset, 5 * 8 + 4);
+    EXPECT_EQ(enough->in_use(), plan_bytes);
+  }
+  EXPECT_EQ(enough->in_use(), 0u);
+}
+
 TEST_F(TransferPlanTest, RefusesShardingsThatDoNotFit) {
   const Mesh two = On({2}, {0, 1}), one = On({1}, {2});
   EXPECT_ERROR(PlanTransfer({3}, DType::kF32, two, Sharding::Split(0), one, Sharding::Replicated()),

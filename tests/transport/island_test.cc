@@ -1534,6 +1534,43 @@ TEST(IslandServerTest, HandshakesInProgressHoldNoThreads) {
   EXPECT_EQ(AwaitSessions(*server, 0), 0u);
 }
 
+// Tests that a program's transfer plans are charged to the loading
+// session's host budget: splitting the columns of a [4096, 2] array over two
+// accelerators plans a region per row per target (192 KiB), refused under a
+// 64 KiB budget with ResourceExhausted naming the node and the budget; the
+// same session then loads and runs a [512, 2] one (24 KiB) with the right
+// result.
+TEST(IslandServerTest, ProgramPlansAreChargedToTheSessionsHostBudget) {
+  auto rt = MakeRuntime(2);
+  IslandServerOptions options;
+  options.name = "isl-plans";
+  options.session_host_budget = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(auto server, IslandServer::Create(rt.get(), options));
+  ASSERT_OK_AND_ASSIGN(auto controller, Controller::Connect({server->address().ToString()}));
+  ASSERT_OK_AND_ASSIGN(RemoteMesh mesh, controller->AllocateMesh(0, {2}));
+  auto columns = [](int64_t rows) {
+    return ValueOrThrow(ParseProgramDefText(absl::StrCat(R"(
+      name: "columns"
+      meshes { name: "m" dims: 2 }
+      parameters { value: "x" mesh: "m" shape: [)",
+                                                         rows, R"(, 2] }
+      nodes { name: "split" reshard { mesh: "m" input: "x" output: "y" sharding { split { array_axis: 1 } } } }
+      outputs: "y")"),
+                                            "columns.txt"));
+  };
+  EXPECT_ERROR(controller->Load(columns(4096), {{"m", mesh}}).status(), absl::StatusCode::kResourceExhausted,
+               "node 'split'", "(8192 copy regions)", "past the budget of session");
+
+  const std::vector<float> host = RandomFloats(512 * 2, 11);
+  ASSERT_OK_AND_ASSIGN(auto program, controller->Load(columns(512), {{"m", mesh}}));
+  ASSERT_OK_AND_ASSIGN(RemoteArray x, controller->CreateArray(mesh, {512, 2}, DType::kF32));
+  ASSERT_OK(controller->Upload(x, host.data(), host.size() * 4));
+  ASSERT_OK_AND_ASSIGN(RemoteRun run, controller->Execute(program, {x}));
+  std::vector<float> back(host.size());
+  ASSERT_OK(controller->Download(run.outputs[0], back.data(), back.size() * 4, absl::Now() + kRunTimeout));
+  EXPECT_EQ(back, host);
+}
+
 // Tests that `causeway island` takes its handshake caps from the command
 // line (overall, then per address: every connection here comes from
 // loopback). CliTest.IslandRefusesHandshakeCapsAndHostBudgetsOutOfRange has the refusals.
