@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config ccache
+  # LLVM's linker: links the tree's executables in half the time of GNU ld
+  lld
   # Vulkan: loader and headers, the lavapipe CPU driver, vulkaninfo, validation
   libvulkan-dev mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   # shaders: build-time compiler, run-time GLSL compiler library, SPIR-V tools

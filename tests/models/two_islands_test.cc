@@ -35,7 +35,8 @@ const std::string kCorpus = std::string(::causeway::testing::DataDir()) + "/kjv-
 std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators) {
   auto p = transport::IslandProcess::Start(
       ::causeway::testing::CliPath(), name,
-      {::causeway::testing::DeviceFlag(), absl::StrCat("--accelerators=", accelerators), "--validation"});
+      {::causeway::testing::DeviceFlag(), absl::StrCat("--accelerators=", accelerators),
+       ::causeway::testing::ValidationFlag()});
   if (!p.ok()) {
     ADD_FAILURE() << p.status();
     return nullptr;

@@ -239,6 +239,10 @@ std::string TestDevice() {
 
 std::string DeviceFlag() { return absl::StrCat("--device=", TestDevice()); }
 
+bool TestValidation() { return !EnvFlag("CAUSEWAY_TEST_NO_VALIDATION"); }
+
+std::string ValidationFlag() { return TestValidation() ? "--validation" : "--validation=false"; }
+
 namespace {
 const char* EnvOr(const char* name, const char* built) {
   const char* v = std::getenv(name);
@@ -253,7 +257,7 @@ const char* SourceDir() { return EnvOr("CAUSEWAY_TEST_SOURCE_DIR", CAUSEWAY_BUIL
 RuntimeOptions TestOptions(int accelerators) {
   RuntimeOptions o;
   o.accelerators = accelerators;
-  o.validation = !EnvFlag("CAUSEWAY_TEST_NO_VALIDATION");
+  o.validation = TestValidation();
   o.device = TestDevice();
   o.pipeline_cache_dir = "-";
   return o;

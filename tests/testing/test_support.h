@@ -31,6 +31,13 @@ namespace causeway::testing {
 std::string TestDevice();
 // "--device=" + TestDevice(), for the island processes and CLI runs tests start.
 std::string DeviceFlag();
+// Whether tests turn the Vulkan validation layer on: yes unless
+// CAUSEWAY_TEST_NO_VALIDATION is set (the sanitizer suites, whose code paths
+// the plain suite has already run under validation).
+bool TestValidation();
+// "--validation" or "--validation=false" as TestValidation() says, for the
+// island processes and CLI runs tests start.
+std::string ValidationFlag();
 
 // Where the causeway binary, the shipped data (data/) and the source tree
 // (examples/, shaders/) are: where the build put them, unless
@@ -40,7 +47,7 @@ const char* CliPath();
 const char* DataDir();
 const char* SourceDir();
 
-// Options for tests: validation on, TestDevice(), a private pipeline cache.
+// Options for tests: validation as TestValidation(), TestDevice(), a private pipeline cache.
 RuntimeOptions TestOptions(int accelerators = 1);
 
 // Creates a runtime, or fails the test by throwing (gtest reports the

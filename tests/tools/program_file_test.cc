@@ -660,9 +660,10 @@ TEST(RunCommandTest, RunsAnExampleAndWritesItsOutputs) {
   const fs::path dir = FreshDir("cli_run");
   const fs::path example = ExamplesDir() / "data_parallel.textproto";
   ASSERT_OK_AND_ASSIGN(ProgramFile file, ReadProgramFile(example.string()));
-  Ran r = Cli(absl::StrCat("run ", example.string(), " ", ::causeway::testing::DeviceFlag(),
-                           " --validation --runs 5 --outputs ", (dir / "out").string()),
-              dir);
+  Ran r =
+      Cli(absl::StrCat("run ", example.string(), " ", ::causeway::testing::DeviceFlag(), " ",
+                       ::causeway::testing::ValidationFlag(), " --runs 5 --outputs ", (dir / "out").string()),
+          dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "");
   for (const char* output : {"grad", "p1"}) {
@@ -681,7 +682,8 @@ TEST(RunCommandTest, RunsAnExampleAndWritesItsOutputs) {
 TEST(RunCommandTest, RunsSeveralClients) {
   const fs::path dir = FreshDir("cli_clients");
   Ran r = Cli(absl::StrCat("run ", (ExamplesDir() / "multi_client.textproto").string(), " ",
-                           ::causeway::testing::DeviceFlag(), " --validation --runs 4 --clients 2"),
+                           ::causeway::testing::DeviceFlag(), " ", ::causeway::testing::ValidationFlag(),
+                           " --runs 4 --clients 2"),
               dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("2 clients x 4 runs on 2 accelerators"));

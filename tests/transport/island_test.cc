@@ -68,7 +68,8 @@ constexpr absl::Duration kRunTimeout = absl::Seconds(30);
 std::unique_ptr<IslandProcess> StartIsland(const std::string& name, int accelerators,
                                            std::vector<std::string> extra = {}, const char* secret = nullptr) {
   std::vector<std::string> args = {::causeway::testing::DeviceFlag(),
-                                   absl::StrCat("--accelerators=", accelerators), "--validation"};
+                                   absl::StrCat("--accelerators=", accelerators),
+                                   ::causeway::testing::ValidationFlag()};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<std::string> env;
   if (secret != nullptr) env.push_back(absl::StrCat("CAUSEWAY_SECRET=", secret));
@@ -768,10 +769,10 @@ absl::Status RemoteAddAndCheck(Controller& c, const RemoteMesh& mesh, int seed) 
 // kernel meanwhile: deadline_test.cc says why); the island refuses
 // deadlines below its --min-deadline.
 TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
-  auto started = IslandProcess::Start(
-      ::causeway::testing::CliPath(), "isl-d",
-      {::causeway::testing::DeviceFlag(), "--accelerators=2", "--validation", "--min-deadline=200ms"},
-      {"LP_NUM_THREADS=0"});
+  auto started = IslandProcess::Start(::causeway::testing::CliPath(), "isl-d",
+                                      {::causeway::testing::DeviceFlag(), "--accelerators=2",
+                                       ::causeway::testing::ValidationFlag(), "--min-deadline=200ms"},
+                                      {"LP_NUM_THREADS=0"});
   ASSERT_OK(started.status());
   std::unique_ptr<IslandProcess> island = *std::move(started);
   ControllerOptions spinner_options, other_options;
@@ -831,9 +832,10 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
 // quarantines the accelerator after 2 s and abandons it a second later,
 // naming it on stderr), and that its controller is told.
 TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
-  auto started = IslandProcess::Start(::causeway::testing::CliPath(), "isl-w",
-                                      {::causeway::testing::DeviceFlag(), "--accelerators=1", "--validation"},
-                                      {"LP_NUM_THREADS=0"});
+  auto started = IslandProcess::Start(
+      ::causeway::testing::CliPath(), "isl-w",
+      {::causeway::testing::DeviceFlag(), "--accelerators=1", ::causeway::testing::ValidationFlag()},
+      {"LP_NUM_THREADS=0"});
   ASSERT_OK(started.status());
   std::unique_ptr<IslandProcess> island = *std::move(started);
   ASSERT_OK_AND_ASSIGN(auto spinner, Controller::Connect({island->address()}));
@@ -1698,13 +1700,14 @@ TEST(IslandServerTest, LaunchedIslandsAreFoundThroughTheCoordinator) {
   ASSERT_EQ(pipe(out), 0);
   const std::string cli = ::causeway::testing::CliPath();
   const std::string device = ::causeway::testing::DeviceFlag();
+  const std::string validation = ::causeway::testing::ValidationFlag();
   pid_t launcher = fork();
   if (launcher == 0) {
     dup2(out[1], 1);
     close(out[0]);
     close(out[1]);
     execl(cli.c_str(), "causeway", "launch", "-n", "2", "--", device.c_str(), "--accelerators=2",
-          "--validation", static_cast<char*>(nullptr));
+          validation.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);

@@ -38,7 +38,8 @@ constexpr absl::Duration kDeadline = absl::Seconds(30);
 
 std::unique_ptr<IslandProcess> StartIsland(const std::string& name, std::vector<std::string> extra = {},
                                            std::vector<std::string> env = {}) {
-  std::vector<std::string> args = {::causeway::testing::DeviceFlag(), "--accelerators=1", "--validation"};
+  std::vector<std::string> args = {::causeway::testing::DeviceFlag(), "--accelerators=1",
+                                   ::causeway::testing::ValidationFlag()};
   args.insert(args.end(), extra.begin(), extra.end());
   auto p = IslandProcess::Start(::causeway::testing::CliPath(), name, args, env);
   if (!p.ok()) {
