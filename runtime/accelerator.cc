@@ -301,6 +301,12 @@ absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateBuffer(uint64_t size)
   return b;
 }
 
+void Accelerator::ReleaseUnusedMemory() {
+  for (MemoryPool* pool : {device_pool_.get(), upload_pool_.get(), readback_pool_.get()}) {
+    if (pool != nullptr) pool->ReleaseUnused();
+  }
+}
+
 absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateStagingBuffer(uint64_t size, bool readback) {
   return (readback ? readback_pool_ : upload_pool_)->CreateBuffer(size);
 }

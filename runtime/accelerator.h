@@ -181,6 +181,9 @@ class Accelerator final : public TimelineDriver {
   uint64_t memory_in_use() const { return device_pool_->bytes_in_use(); }
   uint64_t memory_reserved() const { return device_pool_->bytes_reserved(); }
   MemoryPool& device_pool() { return *device_pool_; }
+  // Frees the blocks of every pool (device, upload and readback staging)
+  // that no buffer uses, kept for reuse (MemoryPool::ReleaseUnused).
+  void ReleaseUnusedMemory();
   // This accelerator's imports of peers' memory (cached per block).
   ImportCache* imports_for_peers() { return imports_.get(); }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/memory.h"
+#include "runtime/status.h"
 
 namespace causeway {
 
@@ -27,19 +28,31 @@ void HostCharge::Reset() {
 
 absl::StatusOr<HostCharge> HostBudget::Charge(const std::shared_ptr<HostBudget>& self, uint64_t bytes,
                                               absl::string_view what) {
-  {
-    absl::MutexLock lock(&self->mu_);
-    if (bytes > self->limit_ - self->in_use_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          what, " needs ", FormatBytes(bytes), " of host memory, past the budget of ", self->owner_, ": ",
-          FormatBytes(self->in_use_), " of ", FormatBytes(self->limit_), " in use"));
-    }
-    self->in_use_ += bytes;
-  }
+  RETURN_IF_ERROR(self->Take(bytes, what));
   HostCharge charge;
   charge.budget_ = self;
   charge.bytes_ = bytes;
   return charge;
+}
+
+absl::Status HostBudget::Take(uint64_t bytes, absl::string_view what) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (bytes > limit_ - in_use_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, " needs ", FormatBytes(bytes), " of host memory, past the budget of ", owner_,
+                       ": ", FormatBytes(in_use_), " of ", FormatBytes(limit_), " in use"));
+    }
+    in_use_ += bytes;
+  }
+  if (parent_ != nullptr) {
+    if (absl::Status taken = parent_->Take(bytes, what); !taken.ok()) {
+      absl::MutexLock lock(&mu_);
+      in_use_ -= bytes;
+      return taken;
+    }
+  }
+  return absl::OkStatus();
 }
 
 uint64_t HostBudget::in_use() const {
@@ -48,8 +61,11 @@ uint64_t HostBudget::in_use() const {
 }
 
 void HostBudget::Release(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  in_use_ -= bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    in_use_ -= bytes;
+  }
+  if (parent_ != nullptr) parent_->Release(bytes);
 }
 
 }  // namespace causeway

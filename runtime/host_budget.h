@@ -46,12 +46,15 @@ class HostCharge {
 class HostBudget {
  public:
   // `owner` names whose budget it is in errors ("the session of 'ctrl'").
-  HostBudget(std::string owner, uint64_t limit) : owner_(std::move(owner)), limit_(limit) {}
+  // What is charged here is charged to `parent` too, when one is given (an
+  // island's total over its sessions), and held to its limit as well.
+  HostBudget(std::string owner, uint64_t limit, std::shared_ptr<HostBudget> parent = nullptr)
+      : owner_(std::move(owner)), limit_(limit), parent_(std::move(parent)) {}
 
   // Takes `bytes` for `what` from `self` (this budget, shared so that the
-  // charge may outlive its taker). ResourceExhausted naming the owner, what
-  // asked, and the figures when it would take the budget past its limit;
-  // nothing is taken then.
+  // charge may outlive its taker) and its parents. ResourceExhausted naming
+  // the owner, what asked, and the figures when it would take a budget past
+  // its limit; nothing is taken then.
   static absl::StatusOr<HostCharge> Charge(const std::shared_ptr<HostBudget>& self, uint64_t bytes,
                                            absl::string_view what);
 
@@ -61,10 +64,14 @@ class HostBudget {
 
  private:
   friend class HostCharge;
+  // Takes `bytes` here, then from the parents; all or nothing.
+  absl::Status Take(uint64_t bytes, absl::string_view what) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives `bytes` back here and to the parents.
   void Release(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string owner_;
   const uint64_t limit_;
+  const std::shared_ptr<HostBudget> parent_;
   mutable absl::Mutex mu_;
   uint64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };

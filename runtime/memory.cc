@@ -145,6 +145,16 @@ void MemoryPool::ReleaseSpare() {
   TrimSpare(0, 0);
 }
 
+void MemoryPool::ReleaseUnused() {
+  absl::MutexLock lock(&mu_);
+  TrimSpare(0, 0);
+  std::vector<MemoryBlock*> empty;
+  for (auto& b : blocks_) {
+    if (b->ranges.empty()) empty.push_back(b.get());
+  }
+  for (MemoryBlock* b : empty) FreeBlock(b);
+}
+
 MemoryBlock* MemoryPool::TakeSpare(uint64_t size, uint32_t type_bits) {
   auto best = spare_.end();
   for (auto it = spare_.begin(); it != spare_.end(); ++it) {

@@ -116,6 +116,9 @@ class MemoryPool {
   uint64_t bytes_spare() const;       // held in spare blocks
   // Frees the spare blocks (and so peers' imports of them).
   void ReleaseSpare();
+  // Frees every block no buffer uses: the spares and the empty standard
+  // block kept for reuse. What is reserved is then what is in use.
+  void ReleaseUnused();
   size_t block_count() const;
   MemoryKind kind() const { return options_.kind; }
   bool exportable() const { return options_.exportable; }

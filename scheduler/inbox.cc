@@ -177,6 +177,14 @@ absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
       }
     }
     if (range.data == nullptr) {
+      if (budget != nullptr) {
+        absl::StatusOr<HostCharge> charge =
+            HostBudget::Charge(budget, length,
+                               absl::StrCat(name_, ": run ", tag, "'s ", length, " bytes at ", offset,
+                                            ", across receive targets,"));
+        if (!charge.ok()) return fail(charge.status());
+        range.own_charge = *std::move(charge);
+      }
       range.own.resize(length);
       range.data = range.own.data();
     }

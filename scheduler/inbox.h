@@ -67,7 +67,9 @@ class Inbox {
   // Bytes that come before their run's Expect are kept in a copy of the
   // whole value, charged to `budget` when one is given (the budget of the
   // session the bytes came through) until the run has them placed or ends:
-  // past it the run fails with the budget's ResourceExhausted.
+  // past it the run fails with the budget's ResourceExhausted. So is the
+  // copy of a range that falls within no single target (it straddles two
+  // devices' parts), from Begin to End.
   absl::StatusOr<Slot> Begin(uint64_t tag, uint64_t offset, uint64_t length, uint64_t total,
                              const std::shared_ptr<HostBudget>& budget = nullptr);
   // The bytes of `slot` are in place (ok) or will never be (an error: the
@@ -93,6 +95,7 @@ class Inbox {
     uint64_t offset = 0, length = 0;
     uint8_t* data = nullptr;  // where the writer puts the bytes
     std::vector<uint8_t> own;  // when they go to no single target directly
+    HostCharge own_charge;     // what `own` holds of a sender's budget
   };
   struct Run {
     uint64_t total = 0;

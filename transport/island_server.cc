@@ -227,7 +227,8 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         socket_(std::move(socket)),
         peer_(std::move(peer)),
         host_budget_(std::make_shared<HostBudget>(absl::StrCat("session ", serial_, " from ", source_),
-                                                  server->options_.session_host_budget)) {}
+                                                  server->options_.session_host_budget,
+                                                  server->host_memory_)) {}
 
   const HostBudget& host_budget() const { return *host_budget_; }
 
@@ -883,7 +884,9 @@ std::string DefaultName(const std::string& host, int port) {
 }  // namespace
 
 IslandServer::IslandServer(Runtime* runtime, IslandServerOptions options)
-    : runtime_(runtime), options_(std::move(options)) {}
+    : runtime_(runtime),
+      options_(std::move(options)),
+      host_memory_(std::make_shared<HostBudget>("the island's sessions", UINT64_MAX)) {}
 
 absl::StatusOr<std::unique_ptr<IslandServer>> IslandServer::Create(Runtime* runtime, IslandServerOptions options) {
   if (!options.name.empty()) RETURN_IF_ERROR(CheckPeerName(options.name));

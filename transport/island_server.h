@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "runtime/host_budget.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
 #include "transport/auth.h"
@@ -101,6 +102,9 @@ class IslandServer {
   size_t sessions() const;
   // Connections accepted and still in their handshake.
   size_t handshakes() const { return handshakes_.load(); }
+  // Host memory the island holds for its sessions, all together: what
+  // their host budgets have charged and not yet had back.
+  uint64_t host_memory_in_use() const { return host_memory_->in_use(); }
 
   // Internal: the receiving end of a channel, by id (null if unknown).
   class Receiver;
@@ -145,6 +149,9 @@ class IslandServer {
 
   Runtime* runtime_;
   IslandServerOptions options_;
+  // The parent of every session's host budget: their sum, with no limit of
+  // its own.
+  const std::shared_ptr<HostBudget> host_memory_;
   std::unique_ptr<Island> island_;
   Socket listener_;
   SocketAddress address_;

@@ -106,6 +106,30 @@ TEST(HostBudgetTest, ChargesUpToTheLimitAndGivesBack) {
   }
 }
 
+// Tests that a budget with a parent (an island's total over its sessions)
+// charges both, is held to both limits (the parent's refusal names the
+// parent and takes nothing from the child), and gives both back.
+TEST(HostBudgetTest, ChargesReachTheParentAndAreHeldToItsLimit) {
+  auto island = std::make_shared<HostBudget>("island 'i'", 1000);
+  auto s1 = std::make_shared<HostBudget>("session 1", 800, island);
+  auto s2 = std::make_shared<HostBudget>("session 2", 800, island);
+  ASSERT_OK_AND_ASSIGN(HostCharge a, HostBudget::Charge(s1, 700, "a"));
+  EXPECT_EQ(island->in_use(), 700u);
+  EXPECT_ERROR(HostBudget::Charge(s2, 400, "b").status(), absl::StatusCode::kResourceExhausted,
+               "b needs 400 B of host memory, past the budget of island 'i': 700 B of 1000 B in use");
+  EXPECT_EQ(s2->in_use(), 0u);
+  EXPECT_ERROR(HostBudget::Charge(s1, 200, "c").status(), absl::StatusCode::kResourceExhausted,
+               "past the budget of session 1");
+  EXPECT_EQ(island->in_use(), 700u);
+  ASSERT_OK_AND_ASSIGN(HostCharge d, HostBudget::Charge(s2, 300, "d"));
+  EXPECT_EQ(island->in_use(), 1000u);
+  a.Reset();
+  EXPECT_EQ(s1->in_use(), 0u);
+  EXPECT_EQ(island->in_use(), 300u);
+  d.Reset();
+  EXPECT_EQ(island->in_use(), 0u);
+}
+
 TEST(ByteRangesTest, CountsEachByteOnceAndRefusesOverlaps) {
   ByteRanges ranges;
   ASSERT_OK(ranges.Add(100, 50, "upload"));

@@ -352,7 +352,8 @@ TEST(MemoryTest, ConcurrentAllocationsRespectBudget) {
 
 // Tests that a buffer of over half the block size gets a block of its own even
 // when a shared block has room, so freeing it returns its memory (once the
-// spare blocks are released).
+// spare blocks are released), and that releasing the unused memory frees the
+// empty standard block too.
 TEST(MemoryTest, LargeBufferGetsItsOwnBlock) {
   auto rt = MakeRuntime(1);
   ASSERT_NE(rt, nullptr);
@@ -367,6 +368,13 @@ TEST(MemoryTest, LargeBufferGetsItsOwnBlock) {
   EXPECT_EQ(acc->memory_in_use(), small->reserved_size());
   acc->device_pool().ReleaseSpare();
   EXPECT_EQ(acc->memory_reserved(), kBlockSize);
+  // Empty, the standard block is kept for reuse, until the unused memory is
+  // released.
+  small.reset();
+  EXPECT_EQ(acc->memory_reserved(), kBlockSize);
+  acc->ReleaseUnusedMemory();
+  EXPECT_EQ(acc->memory_reserved(), 0u);
+  EXPECT_EQ(acc->device_pool().block_count(), 0u);
 }
 
 // Tests uploads and downloads of sub-ranges at odd offsets.

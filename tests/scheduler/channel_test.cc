@@ -286,6 +286,48 @@ TEST(InboxTest, EarlyValuesAreChargedToTheSendersHostBudget) {
   EXPECT_EQ(budget->in_use(), 0u);
 }
 
+// Tests that a range written after its receive, but straddling two targets
+// (so held in a copy of the inbox's own until its End), is charged to the
+// sender's budget while it is written: past the budget its run fails with
+// ResourceExhausted; a range within one target is written in place, free.
+TEST(InboxTest, RangesAcrossTargetsAreChargedWhileTheyAreWritten) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  auto budget = std::make_shared<HostBudget>("peer 'p'", 300);
+  const std::vector<uint8_t> value = Pattern(1000, 9);
+  Inbox inbox("test inbox");
+  auto targets = Targets(acc, {{0, 500}, {500, 500}});
+  Future<> done = inbox.Expect(1, value.size(), targets);
+  // Within the first target: in place, nothing charged.
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot in_place, inbox.Begin(1, 0, 400, value.size(), budget));
+  EXPECT_EQ(in_place.data, static_cast<uint8_t*>(targets[0].staging->mapped()));
+  EXPECT_EQ(budget->in_use(), 0u);
+  std::memcpy(in_place.data, value.data(), 400);
+  inbox.End(in_place);
+  // Across both: charged from Begin to End.
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot across, inbox.Begin(1, 400, 200, value.size(), budget));
+  EXPECT_EQ(budget->in_use(), 200u);
+  std::memcpy(across.data, value.data() + 400, 200);
+  inbox.End(across);
+  EXPECT_EQ(budget->in_use(), 0u);
+  ASSERT_OK(inbox.Deliver(1, 600, value.size(), value.data() + 600, 400));
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(targets[0]), std::vector<uint8_t>(value.begin(), value.begin() + 500));
+  EXPECT_EQ(Bytes(targets[1]), std::vector<uint8_t>(value.begin() + 500, value.end()));
+
+  // Past the budget: the run fails, and nothing stays charged.
+  auto targets2 = Targets(acc, {{0, 500}, {500, 500}});
+  Future<> failed = inbox.Expect(2, value.size(), targets2);
+  EXPECT_ERROR(
+      inbox.Begin(2, 100, 800, value.size(), budget).status(), absl::StatusCode::kResourceExhausted,
+      "test inbox: run 2's 800 bytes at 100, across receive targets, needs 800 B of host memory, past "
+      "the budget of peer 'p'");
+  EXPECT_ERROR(failed.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kResourceExhausted,
+               "past the budget of peer 'p'");
+  EXPECT_EQ(budget->in_use(), 0u);
+  EXPECT_EQ(inbox.pending(), 0u);
+}
+
 // Two islands in one process, each over a runtime of its own.
 struct TwoIslands {
   std::unique_ptr<Runtime> rt_a, rt_b;
