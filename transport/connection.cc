@@ -186,7 +186,20 @@ void Connection::Close(absl::string_view reason) {
        reason);
 }
 
+void Connection::AwaitPeersLastWords() {
+  if (std::this_thread::get_id() == reader_.get_id()) return;  // no one else reads them
+  absl::MutexLock lock(&mu_);
+  auto failed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !status_.ok(); };
+  mu_.AwaitWithTimeout(absl::Condition(&failed), kLastWordsWait);
+}
+
 absl::Status Connection::FailedSending(absl::string_view what, const absl::Status& sent) {
+  // A peer that closed the connection may have said why just before (a
+  // goodbye): the write fails as soon as the peer is gone, while its last
+  // frames may still wait for the reader. Given a moment to read them, the
+  // reader fails the connection with the peer's reason, which callers get
+  // instead of a broken pipe.
+  AwaitPeersLastWords();
   // Whatever was written, the stream may now be out of step: the connection
   // is of no further use.
   Fail(absl::UnavailableError(
@@ -303,6 +316,7 @@ void Connection::HeartbeatLoop() {
       sent = WriteFrame(socket_, FrameType::kHeartbeat, {}, absl::Now() + options_.peer_timeout);
     }
     if (!sent.ok()) {
+      AwaitPeersLastWords();
       Fail(absl::UnavailableError(
                absl::StrCat("sending a heartbeat to peer ", peer_description_, ": ", sent.message())),
            /*goodbye=*/std::nullopt);

@@ -243,6 +243,11 @@ class Connection {
   // Fails the connection for a write that failed with `sent` while sending
   // `what`; the connection's status.
   absl::Status FailedSending(absl::string_view what, const absl::Status& sent);
+  // After a failed write: waits up to kLastWordsWait for the reader to fail
+  // the connection with what the peer said last (its goodbye), unless this
+  // is the reader.
+  void AwaitPeersLastWords() ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kLastWordsWait = absl::Milliseconds(250);
 
   // Sends `envelope` in a frame of `type`. Serializes writers.
   absl::Status Send(FrameType type, const Envelope& envelope, absl::Time deadline);
