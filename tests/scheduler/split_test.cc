@@ -24,6 +24,7 @@
 #include "runtime/reference.h"
 #include "scheduler/island.h"
 #include "scheduler/local_channel.h"
+#include "tests/testing/program_defs.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -49,25 +50,8 @@ void AddMesh(ProgramDef& def, const std::string& name, const std::string& island
   for (int d : dims) m->add_dims(d);
 }
 
-void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape,
-                  Sharding sharding = Sharding::Replicated()) {
-  ParameterDef* p = def.add_parameters();
-  p->set_value(value);
-  p->set_mesh(mesh);
-  p->mutable_shape()->Add(shape.begin(), shape.end());
-  if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
-}
-
-void AddCall(ProgramDef& def, const std::string& node, const std::string& function, const std::string& mesh,
-             std::vector<std::string> inputs, std::vector<std::string> outputs) {
-  NodeDef* n = def.add_nodes();
-  n->set_name(node);
-  CallDef* c = n->mutable_call();
-  c->set_function(function);
-  c->set_mesh(mesh);
-  for (auto& in : inputs) c->add_inputs(in);
-  for (auto& out : outputs) c->add_outputs(out);
-}
+using ::causeway::testing::AddCall;
+using ::causeway::testing::AddParameter;
 
 void AddAllReduce(ProgramDef& def, const std::string& node, const std::string& mesh, const std::string& input,
                   const std::string& output) {

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "scheduler/program_def.h"
 #include "scheduler/program_def.pb.h"
 #include "scheduler/split.h"
+#include "tests/testing/program_defs.h"
 #include "tests/testing/test_support.h"
 #include "tests/transport/loopback.h"
 #include "transport/connection.h"
@@ -53,11 +55,14 @@
 namespace causeway::transport {
 namespace {
 
+using ::causeway::testing::AddCall;
+using ::causeway::testing::AddParameter;
 using ::causeway::testing::AwaitEntries;
 using ::causeway::testing::CountEntries;
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
 using ::causeway::testing::SettledEntries;
+using ::causeway::testing::SpinnerDef;
 using ::causeway::testing::ValueOrThrow;
 using ::causeway::transport::testing::In;
 using ::causeway::transport::testing::ListenOnLoopback;
@@ -82,26 +87,6 @@ std::unique_ptr<IslandProcess> StartIsland(const std::string& name, int accelera
     return nullptr;
   }
   return *std::move(p);
-}
-
-void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape,
-                  Sharding sharding) {
-  ParameterDef* p = def.add_parameters();
-  p->set_value(value);
-  p->set_mesh(mesh);
-  p->mutable_shape()->Add(shape.begin(), shape.end());
-  if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
-}
-
-void AddCall(ProgramDef& def, const std::string& node, const std::string& function, const std::string& mesh,
-             std::vector<std::string> inputs, std::vector<std::string> outputs) {
-  NodeDef* n = def.add_nodes();
-  n->set_name(node);
-  CallDef* c = n->mutable_call();
-  c->set_function(function);
-  c->set_mesh(mesh);
-  for (auto& in : inputs) c->add_inputs(in);
-  for (auto& out : outputs) c->add_outputs(out);
 }
 
 // A pipeline over meshes "a" and "b" of two devices each:
@@ -642,32 +627,6 @@ TEST(ControllerTest, DownloadRefusesBytesSentTwice) {
   EXPECT_ERROR(controller->Download(array, host.data(), host.size(), In(kRunTimeout)),
                absl::StatusCode::kUnavailable,
                "fetch 1 sent bytes [0, 512) of its value, overlapping bytes [0, 512)");
-}
-
-// The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
-// of one accelerator: input x (one i32, unused), output out (65 i32); `groups`
-// workgroups sized to run about `length` on this machine's CPU driver (as
-// measured in this process: an island running with LP_NUM_THREADS=0 takes
-// up to twice as long).
-ProgramDef SpinnerDef(uint32_t groups, absl::Duration length) {
-  KernelStep step;
-  step.kernel = ValueOrThrow(Kernel::FromGlsl("spin", causeway::testing::kSpinGlsl));
-  step.args = {0, 1};
-  step.groups = {groups, 1, 1};
-  step.push_constants =
-      causeway::testing::SpinPushConstants(causeway::testing::SpinRoundsFor(groups, length));
-  auto fn = ValueOrThrow(Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
-  ProgramDef def;
-  def.set_name("spinner");
-  MeshDef* m = def.add_meshes();
-  m->set_name("m");
-  m->add_dims(1);
-  *def.add_functions() = ValueOrThrow(ToDef(*fn, "spin"));
-  AddParameter(def, "x", "m", {1}, Sharding::Replicated());
-  def.mutable_parameters(0)->set_dtype(I32);
-  AddCall(def, "spin", "spin", "m", {"x"}, {"out"});
-  def.add_outputs("out");
-  return def;
 }
 
 // SpinnerDef loaded on `mesh`, and its input x (zero).
@@ -1888,39 +1847,41 @@ TEST(IslandServerTest, OneTenantIsServedWhileAnotherSendsEveryHostileInput) {
   }
   {
     SCOPED_TRACE("values from a peer: before their receives past the budget, larger than the receive, twice");
-    PartBOnIsland part;
-    ASSERT_OK(part.Load(where));
     const std::vector<float> t = RandomFloats(kRows * kCols, 3);
     const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(t.data()), t.size() * 4);
-    {
-      // 16 KiB values for runs not started: the fifth is past 64 KiB.
+    // Each case on a program of its own: a link that the island closes fails
+    // the channels opened on it for good.
+    auto with_part = [&](const std::function<void(PartBOnIsland&, Connection&)>& body) {
+      ASSERT_EQ(AwaitSessions(*server, 1), 1u);  // channel 777 is free again
+      PartBOnIsland part;
+      ASSERT_OK(part.Load(where));
       ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
       ASSERT_OK(OpenChannel777(*link));
+      body(part, *link);
+    };
+    with_part([&](PartBOnIsland& part, Connection& link) {
+      // 16 KiB values for runs not started: the fifth is past 64 KiB.
       for (uint64_t tag = 1; tag <= 5; ++tag) {
-        if (!link->SendData(777, tag, 0, bytes.size(), bytes, absl::Now() + kRunTimeout).ok()) break;
+        if (!link.SendData(777, tag, 0, bytes.size(), bytes, absl::Now() + kRunTimeout).ok()) break;
       }
       ASSERT_OK(part.Execute(5));
       // Its bytes are past the budget whether they come before its receive
       // or after (then straddling the two devices' parts).
       EXPECT_ERROR(part.notes.Await(5), absl::StatusCode::kResourceExhausted, "run 5's",
                    "past the budget of session", "64 KiB of 64 KiB in use");
-    }
-    {
-      ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
-      ASSERT_OK(OpenChannel777(*link));
-      ASSERT_OK(link->SendData(777, 6, 0, uint64_t{1} << 40, bytes, absl::Now() + kRunTimeout));
-      EXPECT_ERROR(AwaitConnectionFailure(*link), absl::StatusCode::kUnavailable, "1099511627776 bytes",
+    });
+    with_part([&](PartBOnIsland&, Connection& link) {
+      ASSERT_OK(link.SendData(777, 6, 0, uint64_t{1} << 40, bytes, absl::Now() + kRunTimeout));
+      EXPECT_ERROR(AwaitConnectionFailure(link), absl::StatusCode::kUnavailable, "1099511627776 bytes",
                    "at most 16384");
-    }
-    {
-      ASSERT_OK_AND_ASSIGN(auto link, ConnectAs(where, "isl-a"));
-      ASSERT_OK(OpenChannel777(*link));
+    });
+    with_part([&](PartBOnIsland& part, Connection& link) {
       ASSERT_OK(part.Execute(7));
       const absl::Span<const uint8_t> half = bytes.first(bytes.size() / 2);
-      ASSERT_OK(link->SendData(777, 7, 0, bytes.size(), half, absl::Now() + kRunTimeout));
-      ASSERT_OK(link->SendData(777, 7, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+      ASSERT_OK(link.SendData(777, 7, 0, bytes.size(), half, absl::Now() + kRunTimeout));
+      ASSERT_OK(link.SendData(777, 7, 0, bytes.size(), half, absl::Now() + kRunTimeout));
       EXPECT_ERROR(part.notes.Await(7), absl::StatusCode::kDataLoss, "overlapping bytes [0, 8192)");
-    }
+    });
   }
   {
     SCOPED_TRACE("garbage, and a control frame far over its bound");

@@ -1,0 +1,66 @@
+// ProgramDefs built in C++ for tests: a parameter, a call, and the spinner
+// (a kernel that runs about as long as asked, for deadlines and cancels).
+#ifndef CAUSEWAY_TESTS_TESTING_PROGRAM_DEFS_H_
+#define CAUSEWAY_TESTS_TESTING_PROGRAM_DEFS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "runtime/kernel.h"
+#include "scheduler/function.h"
+#include "scheduler/program_def.h"
+#include "scheduler/program_def.pb.h"
+#include "tests/testing/test_support.h"
+
+namespace causeway::testing {
+
+inline void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh,
+                         const Shape& shape, Sharding sharding = Sharding::Replicated()) {
+  ParameterDef* p = def.add_parameters();
+  p->set_value(value);
+  p->set_mesh(mesh);
+  p->mutable_shape()->Add(shape.begin(), shape.end());
+  if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
+}
+
+inline void AddCall(ProgramDef& def, const std::string& node, const std::string& function,
+                    const std::string& mesh, std::vector<std::string> inputs,
+                    std::vector<std::string> outputs) {
+  NodeDef* n = def.add_nodes();
+  n->set_name(node);
+  CallDef* c = n->mutable_call();
+  c->set_function(function);
+  c->set_mesh(mesh);
+  for (auto& in : inputs) c->add_inputs(in);
+  for (auto& out : outputs) c->add_outputs(out);
+}
+
+// The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
+// of one accelerator: input x (one i32, unused), output out (65 i32); `groups`
+// workgroups sized to run about `length` on this machine's CPU driver (as
+// measured in this process: an island running with LP_NUM_THREADS=0 takes
+// up to twice as long).
+inline ProgramDef SpinnerDef(uint32_t groups, absl::Duration length) {
+  KernelStep step;
+  step.kernel = ValueOrThrow(Kernel::FromGlsl("spin", kSpinGlsl));
+  step.args = {0, 1};
+  step.groups = {groups, 1, 1};
+  step.push_constants = SpinPushConstants(SpinRoundsFor(groups, length));
+  auto fn = ValueOrThrow(Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
+  ProgramDef def;
+  def.set_name("spinner");
+  MeshDef* m = def.add_meshes();
+  m->set_name("m");
+  m->add_dims(1);
+  *def.add_functions() = ValueOrThrow(ToDef(*fn, "spin"));
+  AddParameter(def, "x", "m", {1}, Sharding::Replicated());
+  def.mutable_parameters(0)->set_dtype(I32);
+  AddCall(def, "spin", "spin", "m", {"x"}, {"out"});
+  def.add_outputs("out");
+  return def;
+}
+
+}  // namespace causeway::testing
+
+#endif  // CAUSEWAY_TESTS_TESTING_PROGRAM_DEFS_H_
