@@ -14,20 +14,9 @@
 #include "runtime/memory.h"
 #include "scheduler/dtype.h"
 #include "scheduler/mesh.h"
+#include "scheduler/sharding.h"
 
 namespace causeway {
-
-// How an array lies on a mesh. On a 2-D mesh, a split array is replicated
-// along the other mesh axis.
-struct Sharding {
-  int array_axis = -1;  // -1: every device holds the whole array
-  int mesh_axis = 0;
-  static Sharding Replicated() { return {}; }
-  static Sharding Split(int array_axis, int mesh_axis = 0) { return {array_axis, mesh_axis}; }
-  bool replicated() const { return array_axis < 0; }
-  bool operator==(const Sharding& o) const { return array_axis == o.array_axis && mesh_axis == o.mesh_axis; }
-  std::string ToString() const;  // "replicated", "split(0 over 1)"
-};
 
 // The shape each device holds; InvalidArgument when the split axis does not
 // divide evenly or the axes do not exist.

@@ -1,0 +1,34 @@
+// The plain Device of client.h from what the runtime knows of a physical
+// device (Vulkan types stay in this private header).
+#ifndef CAUSEWAY_CLIENT_DEVICE_INFO_H_
+#define CAUSEWAY_CLIENT_DEVICE_INFO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "runtime/instance.h"
+
+namespace causeway::client {
+
+inline Device DeviceFrom(const PhysicalDeviceInfo& info, absl::Status health, int island, int index,
+                         std::string island_name) {
+  Device d;
+  d.island = island;
+  d.index = index;
+  d.island_name = std::move(island_name);
+  d.name = info.name;
+  d.type = DeviceTypeName(info.type);
+  d.subgroup_size = info.subgroup_size;
+  d.max_workgroup_invocations = info.limits.maxComputeWorkGroupInvocations;
+  for (int i = 0; i < 3; ++i) {
+    d.max_workgroup_size[i] = info.limits.maxComputeWorkGroupSize[i];
+    d.max_workgroup_count[i] = info.limits.maxComputeWorkGroupCount[i];
+  }
+  d.health = std::move(health);
+  return d;
+}
+
+}  // namespace causeway::client
+
+#endif  // CAUSEWAY_CLIENT_DEVICE_INFO_H_
