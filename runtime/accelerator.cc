@@ -56,7 +56,8 @@ uint64_t NsUntil(absl::Time deadline) {
 }
 
 // Raises a host-signalled timeline semaphore to `value` unless it is there
-// already. Callers serialize the raises of one semaphore.
+// already. Callers serialize the raises of one semaphore: between the read
+// and the signal, another raise would make this one go down.
 void RaiseTimeline(VkDevice device, VkSemaphore semaphore, uint64_t value) {
   uint64_t current = 0;
   vkGetSemaphoreCounterValue(device, semaphore, &current);
@@ -775,11 +776,14 @@ absl::StatusOr<VkSemaphore> Accelerator::RelayFrom(const Accelerator* source) {
 }
 
 void Accelerator::SignalRelay(const Accelerator* source, uint64_t value) {
-  auto relay = RelayFrom(source);
-  if (!relay.ok()) return;  // made at registration; cannot fail here
-  // The relay mirrors the source's timeline, so values only rise; the
-  // source's retirements are serialized.
-  RaiseTimeline(device_->handle(), *relay, value);
+  // The relay mirrors the source's timeline, so the source's raises only
+  // rise; but this accelerator's ReleaseWaits raises it too, from another
+  // thread. Both raise under relay_mu_, so a raise never signals a value
+  // below one already signalled (a timeline may never go down).
+  absl::MutexLock lock(&relay_mu_);
+  auto relay = relays_.find(source);
+  if (relay == relays_.end()) return;  // made at registration
+  RaiseTimeline(device_->handle(), relay->second.semaphore, value);
 }
 
 void Accelerator::WaitFor(uint64_t value, absl::Time deadline) {

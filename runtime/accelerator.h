@@ -331,7 +331,7 @@ class Accelerator final : public TimelineDriver {
   // already has (nothing to wait for).
   bool AddRelayTarget(uint64_t value, Accelerator* target) ABSL_LOCKS_EXCLUDED(ring_mu_);
   absl::StatusOr<VkSemaphore> RelayFrom(const Accelerator* source) ABSL_LOCKS_EXCLUDED(relay_mu_);
-  void SignalRelay(const Accelerator* source, uint64_t value);
+  void SignalRelay(const Accelerator* source, uint64_t value) ABSL_LOCKS_EXCLUDED(relay_mu_);
   void CompletionLoop();
   // Waits for `value` on the timeline until `deadline`, then retires what is done.
   void WaitAndRetire(uint64_t value, absl::Time deadline);

@@ -237,10 +237,10 @@ TEST(FaultInjectionTest, ArmsTheNthCallAtOnePoint) {
 // Tests the device-wait fault point over the same program: the Nth wait on
 // a device, on whichever accelerator makes it, reports the device lost. A
 // lost accelerator is out of service for good, so each N gets islands of its
-// own (at most 12 Ns, spread over the episode's count: a pair of islands
-// costs a second or more). The controller sees the loss as Unavailable
-// naming the accelerator, or nothing when the loss came after the episode's
-// last result; never a hang or a wrong result; that accelerator alone is out
+// own (1, 2 and at most 12 Ns spread over the episode's count: a pair of
+// islands costs a second or more). The controller sees the loss as
+// Unavailable naming the accelerator, or nothing when the work the loss
+// failed had already been delivered; never a hang or a wrong result; that accelerator alone is out
 // of service; and the next controller is served on the rest of the islands
 // (meshes of one device, which avoid the lost one).
 TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingElse) {
@@ -252,6 +252,7 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
     auto islands = StartIslands();
     ASSERT_NE(islands, nullptr);
     ASSERT_OK(RunEpisode(*islands, def, 1));
+    Quiesce(*islands);
     CountFaultPoints();
     ASSERT_OK(RunEpisode(*islands, def, 1));
     calls = FaultPointCalls(FaultPoint::kDeviceWait);
@@ -261,23 +262,26 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
   // Most waits are time slices (WaitAndRetire), so how many an episode
   // makes follows how loaded the machine is: under a sanitizer and a full
   // suite, an episode can make a fraction of the waits the counted one made.
-  // So the Ns are spread geometrically over the count, the first and the
-  // last among them: most fall where any episode reaches (its first
-  // submissions and transfers), a few late. Fewer under a sanitizer
-  // (sanitizers.h).
-  constexpr int64_t kMostNs = testing::Repeats(12, 4);
-  std::vector<int64_t> ns;
-  for (int64_t i = 0; i < kMostNs; ++i) {
-    const double at = std::pow(static_cast<double>(calls), static_cast<double>(i) / (kMostNs - 1));
-    const int64_t n = std::clamp<int64_t>(std::llround(at), 1, calls);
-    if (ns.empty() || n > ns.back()) ns.push_back(n);
+  // So the Ns are 1, 2 and a geometric spread over the count, the last
+  // among them: most fall where any episode reaches (its first submissions
+  // and transfers), a few late. Fewer under a sanitizer (sanitizers.h).
+  constexpr int64_t kSpread = testing::Repeats(12, 4);
+  std::vector<int64_t> ns = {1, 2};
+  for (int64_t i = 0; i < kSpread; ++i) {
+    const double at = std::pow(static_cast<double>(calls), static_cast<double>(i) / (kSpread - 1));
+    ns.push_back(std::clamp<int64_t>(std::llround(at), 1, calls));
   }
+  std::sort(ns.begin(), ns.end());
+  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
   int injected = 0, failed = 0;
   for (int64_t n : ns) {
     SCOPED_TRACE(absl::StrCat("device wait ", n, " of ", calls));
     auto islands = StartIslands();
     ASSERT_NE(islands, nullptr);
     ASSERT_OK(RunEpisode(*islands, def, 1));
+    // The islands end the first controller's session after it has gone;
+    // the walk counts waits from the episode's own first.
+    Quiesce(*islands);
     ArmFault(FaultPoint::kDeviceWait, n);
     const absl::Status status = RunEpisode(*islands, def, static_cast<int>(10 + n));
     const bool hit = FaultInjected();
@@ -285,10 +289,14 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
     EXPECT_FALSE(absl::IsDeadlineExceeded(status)) << status;
     EXPECT_THAT(std::string(status.message()), ::testing::Not(HasSubstr("wrong result")));
     if (!hit) {
+      // Every episode makes at least two waits: each island's work is
+      // waited for.
+      EXPECT_GT(n, 2) << "the episode made fewer than " << n << " device waits";
       EXPECT_OK(status);
       continue;
     }
     ++injected;
+    std::printf("device wait %lld: %s\n", static_cast<long long>(n), status.ToString().c_str());
     std::vector<std::string> lost;
     for (Accelerator* acc : islands->accelerators()) {
       if (absl::Status health = acc->health(); !health.ok()) {
@@ -298,6 +306,8 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
       }
     }
     EXPECT_EQ(lost.size(), 1u) << absl::StrJoin(lost, "; ");
+    // The first wait is on work every later step of the episode needs.
+    if (n == 1) EXPECT_FALSE(status.ok()) << "the first device wait's loss did not reach the controller";
     if (!status.ok()) {
       ++failed;
       EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
@@ -310,10 +320,9 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
   std::printf(
       "device wait: %zu of %lld points walked, %d faults injected, %d reached the controller as errors\n",
       ns.size(), static_cast<long long>(calls), injected, failed);
-  // At least half the Ns walked are reached, and most losses (early ones)
-  // fail the episode.
-  EXPECT_GE(injected, static_cast<int>(ns.size() + 1) / 2);
-  EXPECT_GT(failed, injected / 2);
+  // Whether a later loss reaches the controller depends on whether the
+  // work it fails was already delivered, which follows the load: either is
+  // right, as long as nothing else is lost and the next controller is served.
 }
 
 // Tests every fault point of the program, one at a time: the Nth
