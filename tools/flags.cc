@@ -174,4 +174,12 @@ absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& fl
   return secret.status();
 }
 
+absl::StatusOr<transport::ControllerOptions> ControllerOptionsFromFlags(const Flags& flags,
+                                                                        const std::string& name) {
+  transport::ControllerOptions options;
+  options.name = name;
+  ASSIGN_OR_RETURN(options.secret, SecretFromFlags(flags));
+  return options;
+}
+
 }  // namespace causeway::cli

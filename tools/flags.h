@@ -14,6 +14,7 @@
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
 #include "transport/auth.h"
+#include "transport/controller.h"
 
 namespace causeway::cli {
 
@@ -58,6 +59,11 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags);
 // flag is given, else CAUSEWAY_SECRET if set, else none. A file or variable
 // that does not hold a usable secret is an error (transport/auth.h says why).
 absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& flags);
+
+// A controller's options for a command that takes --connect: told to the
+// islands as `name`, with the secret of SecretFromFlags.
+absl::StatusOr<transport::ControllerOptions> ControllerOptionsFromFlags(const Flags& flags,
+                                                                        const std::string& name);
 
 }  // namespace causeway::cli
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/local_client.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "runtime/glsl_compiler.h"
@@ -630,101 +631,108 @@ std::string IndexString(uint64_t i, const Shape& shape) {
 // What one client does; see RunProgramFile.
 class ClientRunner {
  public:
-  ClientRunner(const ProgramFile& file, Island& island, std::string name, int runs, absl::Duration timeout)
-      : file_(file), island_(island), runs_(runs), timeout_(timeout) {
+  ClientRunner(const ProgramFile& file, const ProgramFileClientFactory& connect, std::string name, int runs,
+               const ProgramFileRunOptions& options)
+      : file_(file), connect_(connect), runs_(runs), options_(options) {
     result_.client = std::move(name);
   }
 
-  // Everything before the runs: connect, meshes, program, inputs, load.
+  // Everything before the runs: connect, meshes, load, inputs.
   absl::Status Prepare() {
     const absl::Time t0 = absl::Now();
     const ProgramDef& p = file_.def.program();
-    ASSIGN_OR_RETURN(client_, island_.Connect(result_.client));
-    absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> meshes;
+    ASSIGN_OR_RETURN(client_, connect_(result_.client));
+    // A mesh that names its island goes there; the rest go to the first.
+    std::vector<std::string> islands(static_cast<size_t>(client_->island_count()));
+    ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
+    for (const client::Device& d : devices) {
+      if (d.island >= 0 && d.island < client_->island_count()) islands[d.island] = d.island_name;
+    }
+    absl::flat_hash_map<std::string, client::Mesh> meshes;
     for (const MeshDef& m : p.meshes()) {
       const std::string what = absl::StrCat("mesh '", m.name(), "'");
-      if (!m.island().empty() && m.island() != island_.name()) {
-        return file_.Locate(Invalid(what, " is on island '", m.island(),
-                                    "'; a program file runs on one island, '", island_.name(),
-                                    "' (leave the mesh's island empty)"));
+      int island = 0;
+      if (!m.island().empty()) {
+        auto it = std::find(islands.begin(), islands.end(), m.island());
+        if (it == islands.end()) {
+          return file_.Locate(Invalid(what, " is on island '", m.island(),
+                                      "', which is not among the islands: '", absl::StrJoin(islands, "', '"),
+                                      "'"));
+        }
+        island = static_cast<int>(it - islands.begin());
       }
-      auto mesh = client_->AllocateMesh(std::vector<int>(m.dims().begin(), m.dims().end()));
+      auto mesh = client_->AllocateMesh(island, std::vector<int>(m.dims().begin(), m.dims().end()));
       if (!mesh.ok())
         return file_.Locate(
             absl::Status(mesh.status().code(), absl::StrCat(what, ": ", mesh.status().message())));
       meshes[m.name()] = *std::move(mesh);
     }
-    auto program = BuildProgram(p, meshes);
+    auto program = client_->Load(p, meshes);
     if (!program.ok()) return file_.Locate(program.status());
     program_ = *std::move(program);
     for (const ParameterDef& par : p.parameters()) {
+      // Load checked each parameter: its mesh, dtype and sharding.
       const std::string what = absl::StrCat("input '", par.value(), "'");
-      const ProgramValue& v = program_->values()[program_->FindValue(par.value())];
+      ASSIGN_OR_RETURN(DType dtype, FromDef(par.dtype()));
+      ASSIGN_OR_RETURN(Sharding sharding, FromDef(par.sharding()));
+      const Shape shape(par.shape().begin(), par.shape().end());
       const InputDef* in = nullptr;
       for (const InputDef& i : file_.def.inputs()) {
         if (i.value() == par.value()) in = &i;
       }
-      auto bytes = InputBytes(*in, v.shape, v.dtype);
+      auto bytes = InputBytes(*in, shape, dtype);
       if (!bytes.ok()) return file_.Locate(Invalid(what, ": ", bytes.status().message()));
-      ASSIGN_OR_RETURN(ArrayRef array,
-                       client_->CreateArray(v.mesh, v.shape, v.dtype, v.sharding, par.value()));
-      RETURN_IF_ERROR(array->Upload(bytes->data(), bytes->size()));
-      inputs_.push_back(std::move(array));
+      ASSIGN_OR_RETURN(client::Array array,
+                       client_->CreateArray(meshes.at(par.mesh()), shape, dtype, sharding));
+      inputs_.push_back(array);
+      RETURN_IF_ERROR(client_->Upload(array, bytes->data(), bytes->size()));
     }
-    for (int o : program_->outputs()) {
-      const ProgramValue& v = program_->values()[o];
-      for (const ExpectDef& ex : file_.def.expect()) {
-        if (ex.output() != v.name) continue;
-        auto bytes = MakeBytes(SourceOf(ex), v.shape, v.dtype);
-        if (!bytes.ok()) {
-          return file_.Locate(Invalid("expect '", v.name, "' for output '", v.name, "' ",
-                                      ShapeString(v.shape), " ", DTypeName(v.dtype), ": ",
-                                      bytes.status().message()));
-        }
-        expected_[v.name] = {ElementsAsDoubles(*bytes, v.dtype), ex.tolerance()};
-      }
-    }
-    ASSIGN_OR_RETURN(executable_, client_->Load(program_));
     result_.load_time = absl::Now() - t0;
     return absl::OkStatus();
   }
 
-  // Queues every run, keeping at most the island's runs in flight awaited
-  // behind the newest; then downloads the last run's outputs.
+  // Queues every run, keeping at most `window` in flight awaited behind the
+  // newest (each awaited run's outputs given back); then downloads the last
+  // run's outputs.
   absl::Status Run() {
     const absl::Time t0 = absl::Now();
-    const absl::Time deadline = t0 + timeout_;
-    const size_t window = static_cast<size_t>(std::max(1, island_.options().runs_in_flight));
-    std::deque<std::pair<int, Execution>> pending;
-    auto await_front = [&]() -> absl::Status {
+    const absl::Time deadline = t0 + options_.timeout;
+    const size_t window = static_cast<size_t>(std::max(1, options_.window));
+    client::ExecuteOptions execute;
+    execute.deadline = options_.deadline;
+    std::deque<std::pair<int, client::Run>> pending;
+    auto await_front = [&](bool keep_outputs) -> absl::Status {
       auto& [index, run] = pending.front();
-      if (absl::Status s = run.Await(deadline); !s.ok()) {
+      if (absl::Status s = run.done.AwaitStatus(deadline); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("run ", index, ": ", s.message()));
+      }
+      if (!keep_outputs) {
+        for (const client::Array& a : run.outputs) RETURN_IF_ERROR(client_->Release(a));
       }
       pending.pop_front();
       return absl::OkStatus();
     };
     for (int r = 0; r < runs_; ++r) {
-      auto run = client_->Execute(executable_, inputs_);
+      auto run = client_->Execute(program_, inputs_, execute);
       if (!run.ok())
         return absl::Status(run.status().code(), absl::StrCat("run ", r, ": ", run.status().message()));
+      if (r == 0) RETURN_IF_ERROR(Expect(run->outputs));
       pending.emplace_back(r, *std::move(run));
-      // Runs beyond the window have left the executable's in-flight slots
-      // already; awaiting them frees their outputs without slowing the rest.
-      while (pending.size() > window) RETURN_IF_ERROR(await_front());
+      while (pending.size() > window) RETURN_IF_ERROR(await_front(false));
     }
-    Execution last = pending.back().second;
-    while (!pending.empty()) RETURN_IF_ERROR(await_front());
+    const client::Run last = pending.back().second;
+    while (!pending.empty()) RETURN_IF_ERROR(await_front(pending.size() == 1));
     result_.run_time = absl::Now() - t0;
     result_.runs = runs_;
+    const ProgramDef& p = file_.def.program();
     for (size_t i = 0; i < last.outputs.size(); ++i) {
-      const ArrayRef& a = last.outputs[i];
+      const client::Array& a = last.outputs[i];
       ProgramFileOutput out;
-      out.name = program_->values()[program_->outputs()[i]].name;
-      out.shape = a->shape();
-      out.dtype = a->dtype();
-      out.bytes.resize(static_cast<size_t>(NumElements(a->shape())) * DTypeSize(a->dtype()));
-      RETURN_IF_ERROR(a->Download(out.bytes.data(), out.bytes.size()));
+      out.name = p.outputs(static_cast<int>(i));
+      out.shape = a.shape;
+      out.dtype = a.dtype;
+      out.bytes.resize(a.bytes());
+      RETURN_IF_ERROR(client_->Download(a, out.bytes.data(), out.bytes.size(), deadline));
       result_.outputs.push_back(std::move(out));
     }
     return absl::OkStatus();
@@ -759,22 +767,40 @@ class ClientRunner {
   ProgramFileClientResult& result() { return result_; }
   // Gives back the client's meshes and arrays (before the island goes).
   void Close() {
-    executable_.reset();
+    program_.reset();
     inputs_.clear();
-    if (client_ != nullptr) client_->Close();
     client_.reset();
   }
 
  private:
+  // The file's expectations, made for the outputs' shapes and dtypes (known
+  // once the first run has started).
+  absl::Status Expect(const std::vector<client::Array>& outputs) {
+    const ProgramDef& p = file_.def.program();
+    for (size_t i = 0; i < outputs.size() && i < static_cast<size_t>(p.outputs_size()); ++i) {
+      const std::string& name = p.outputs(static_cast<int>(i));
+      const client::Array& a = outputs[i];
+      for (const ExpectDef& ex : file_.def.expect()) {
+        if (ex.output() != name) continue;
+        auto bytes = MakeBytes(SourceOf(ex), a.shape, a.dtype);
+        if (!bytes.ok()) {
+          return file_.Locate(Invalid("expect '", name, "' for output '", name, "' ", ShapeString(a.shape),
+                                      " ", DTypeName(a.dtype), ": ", bytes.status().message()));
+        }
+        expected_[name] = {ElementsAsDoubles(*bytes, a.dtype), ex.tolerance()};
+      }
+    }
+    return absl::OkStatus();
+  }
+
   const ProgramFile& file_;
-  Island& island_;
+  const ProgramFileClientFactory& connect_;
   const int runs_;
-  const absl::Duration timeout_;
+  const ProgramFileRunOptions options_;
   ProgramFileClientResult result_;
-  std::shared_ptr<Client> client_;
-  std::shared_ptr<const Program> program_;
-  std::vector<ArrayRef> inputs_;
-  std::shared_ptr<Executable> executable_;
+  std::unique_ptr<client::Client> client_;
+  std::shared_ptr<client::LoadedProgram> program_;
+  std::vector<client::Array> inputs_;
   absl::flat_hash_map<std::string, Expected> expected_;
 };
 
@@ -875,7 +901,8 @@ double ProgramFileClientResult::runs_per_second() const {
   return s > 0 ? runs / s : 0;
 }
 
-absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island& island,
+absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file,
+                                                 const ProgramFileClientFactory& connect,
                                                  const ProgramFileRunOptions& options) {
   const int clients = options.clients > 0 ? options.clients : file.clients();
   const int runs = options.runs > 0 ? options.runs : file.runs();
@@ -886,7 +913,7 @@ absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island
   std::vector<std::unique_ptr<ClientRunner>> runners;
   for (int c = 0; c < clients; ++c) {
     runners.push_back(
-        std::make_unique<ClientRunner>(file, island, absl::StrCat("client-", c), runs, options.timeout));
+        std::make_unique<ClientRunner>(file, connect, absl::StrCat("client-", c), runs, options));
   }
   // Every client prepares, then all start their runs together, so that
   // their runs overlap and each one's rate is measured under the others.
@@ -931,6 +958,18 @@ absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island
   for (auto& r : runners) r->Close();
   if (!failed.ok()) return failed;
   return result;
+}
+
+absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island& island,
+                                                 ProgramFileRunOptions options) {
+  if (options.window == 0) options.window = island.options().runs_in_flight;
+  return RunProgramFile(
+      file,
+      [&island](const std::string& name) -> absl::StatusOr<std::unique_ptr<client::Client>> {
+        ASSIGN_OR_RETURN(auto c, client::LocalClient::Connect(&island, name));
+        return std::unique_ptr<client::Client>(std::move(c));
+      },
+      options);
 }
 
 }  // namespace causeway::cli

@@ -27,6 +27,8 @@
 #define CAUSEWAY_TOOLS_PROGRAM_FILE_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/client.h"
 #include "scheduler/dtype.h"
 #include "scheduler/island.h"
 #include "tools/program_file.pb.h"  // IWYU pragma: export
@@ -96,8 +99,14 @@ uint64_t OutputChecksum(absl::string_view bytes);
 struct ProgramFileRunOptions {
   int clients = 0;  // 0: the file's
   int runs = 0;     // 0: the file's (per client)
+  // Runs a client keeps in flight behind its newest (the island overload:
+  // 0 takes the island's runs_in_flight).
+  int window = 4;
   // How long a client may wait for its runs to finish before its run fails.
   absl::Duration timeout = absl::Minutes(10);
+  // Each run's deadline (client::ExecuteOptions): past it the run fails
+  // naming what it was doing.
+  absl::Duration deadline = absl::InfiniteDuration();
 };
 
 // One output of one client's last run.
@@ -111,7 +120,7 @@ struct ProgramFileOutput {
 struct ProgramFileClientResult {
   std::string client;  // its name on the island ("run-0", "run-1", ...)
   int runs = 0;
-  absl::Duration load_time;  // meshes, inputs, BuildProgram and Load
+  absl::Duration load_time;  // connect, meshes, Load and inputs
   // From the first Execute to the end of the last run.
   absl::Duration run_time;
   std::vector<ProgramFileOutput> outputs;  // of the last run, in the program's order
@@ -127,19 +136,29 @@ struct ProgramFileResult {
   bool ok() const { return mismatches.empty(); }
 };
 
-// Runs `file` on `island`: each client (options.clients, else the file's)
-// connects on a thread of its own, allocates the file's meshes, uploads the
-// inputs, builds and loads the program, then, all clients together, queues
-// its runs without awaiting one before the next (the island's
-// runs_in_flight bounds how many are queued at once), awaits them, downloads
-// the outputs of its last run and checks them against the file's
-// expectations. A mesh on an island other than `island` is refused: one
-// island per call. Errors (placed in the file where they name a thing of
-// it) are what stopped a client ("client 'run-2': ..." when there are
-// several); outputs that differ from the expectations are not errors but
+// Makes the client named `name` (one per client of the file) over the
+// islands the file runs on: local (client::LocalClient) or remote
+// (client::RemoteClient).
+using ProgramFileClientFactory =
+    std::function<absl::StatusOr<std::unique_ptr<client::Client>>(const std::string& name)>;
+
+// Runs `file`: each client (options.clients, else the file's) connects on a
+// thread of its own through `connect`, allocates the file's meshes (a mesh
+// that names an island on that island, found by name among the client's;
+// the others on its first), loads the program, uploads the inputs, then,
+// all clients together, queues its runs without awaiting one before the
+// next (options.window bounds how many are in flight), awaits them,
+// downloads the outputs of its last run and checks them against the file's
+// expectations. Errors (placed in the file where they name a thing of it)
+// are what stopped a client ("client 'run-2': ..." when there are several);
+// outputs that differ from the expectations are not errors but
 // `mismatches`. Thread-safe; blocks until every client is done.
-absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island& island,
+absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file,
+                                                 const ProgramFileClientFactory& connect,
                                                  const ProgramFileRunOptions& options = {});
+// The same on `island`, each client a tenant of it.
+absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island& island,
+                                                 ProgramFileRunOptions options = {.window = 0});
 
 }  // namespace causeway::cli
 

@@ -1,7 +1,8 @@
 // causeway run PROGRAM: runs a program file (tools/program_file.h) on an
-// island of this process and prints its outputs, its rate per client and
-// whether its expectations hold; optionally writes the outputs and checks
-// the gang order in a trace.
+// island of this process, or with --connect on running island servers,
+// through one client API (client/client.h), and prints its outputs, its rate
+// per client and whether its expectations hold; optionally writes the
+// outputs and checks the gang order in a trace.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/remote_client.h"
 #include "runtime/runtime.h"
+#include "runtime/status.h"
 #include "scheduler/island.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -98,17 +102,25 @@ int RunCommand(const std::vector<std::string>& args) {
        "fail any run that takes longer (e.g. 1s, 500ms), naming what it was doing; an accelerator "
        "its work still holds is quarantined",
        ""});
+  specs.push_back({"connect",
+                   "run on these running island servers (HOST:PORT,...; see causeway island) instead of an "
+                   "island of this process",
+                   ""});
+  specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
   Flags flags(specs);
   if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(s, 2);
   if (flags.Bool("help")) {
     std::printf(
         "usage: causeway run PROGRAM [--runs N] [--clients N] [--outputs DIR] [--check-order] [--deadline D] "
-        "[--trace FILE] [flags]\n\n"
+        "[--connect HOST:PORT,...] [--trace FILE] [flags]\n\n"
         "Runs a program file (a program, its inputs, how to run it and what it must give;\n"
-        "tools/program_file.proto, examples in examples/) on an island of this process.\n"
+        "tools/program_file.proto, examples in examples/) on an island of this process, or\n"
+        "with --connect on running island servers (a mesh that names an island runs on the\n"
+        "island of that name, the others on the first).\n"
         "Prints each output's shape, dtype, checksum (FNV-1a 64 of its bytes), sum and first\n"
         "values, each client's runs per second, and whether the file's expectations hold.\n"
-        "Without --accelerators, makes as many accelerators as the file asks for.\n"
+        "Without --accelerators, makes as many accelerators as the file asks for (the\n"
+        "runtime flags are for an island of this process: not with --connect).\n"
         "Exit 0: ran and as expected; 1: failed or not as expected; 2: usage.\n\n%s",
         flags.Help().c_str());
     return 0;
@@ -136,6 +148,30 @@ int RunCommand(const std::vector<std::string>& args) {
     if (!d.ok()) return Fail(d.status(), 2);
     deadline = *d;
   }
+  std::vector<std::string> islands;
+  if (flags.Has("connect")) {
+    islands = absl::StrSplit(flags.Get("connect"), ',', absl::SkipWhitespace());
+    if (islands.empty()) return Fail(absl::InvalidArgumentError("--connect: no HOST:PORT given"), 2);
+    // The islands run already: what would make this process's island, and
+    // a trace of this process's accelerators, do not apply.
+    for (const FlagSpec& spec : RuntimeFlagSpecs()) {
+      if (flags.Has(spec.name)) {
+        return Fail(
+            absl::InvalidArgumentError(absl::StrCat(
+                "--", spec.name, " is for an island of this process; the islands of --connect run already")),
+            2);
+      }
+    }
+    if (flags.Bool("check-order")) {
+      return Fail(
+          absl::InvalidArgumentError(
+              "--check-order reads this process's trace; with --connect the work runs in the islands' "
+              "processes (trace them with causeway island --trace)"),
+          2);
+    }
+  } else if (flags.Has("secret-file")) {
+    return Fail(absl::InvalidArgumentError("--secret-file is for --connect"), 2);
+  }
   auto options = RuntimeOptionsFromFlags(flags);
   if (!options.ok()) return Fail(options.status(), 2);
   // --check-order needs a trace: to --trace FILE, else to a file of our
@@ -159,30 +195,55 @@ int RunCommand(const std::vector<std::string>& args) {
   if (runs == 0) runs = file->runs();
   if (clients == 0) clients = file->clients();
 
+  ProgramFileRunOptions run_options;
+  run_options.clients = clients;
+  run_options.runs = runs;
+  // Enough runs in flight for the devices to stay busy, bounded so that
+  // the intermediate buffers of queued runs stay small.
+  run_options.window = std::clamp(runs, 2, 8);
+  run_options.deadline = deadline;
   absl::StatusOr<ProgramFileResult> result;
   size_t accelerators = 0;
-  {
+  std::string where;
+  if (!islands.empty()) {
+    auto options_or = ControllerOptionsFromFlags(flags, "run");
+    if (!options_or.ok()) return Fail(options_or.status(), 2);
+    const transport::ControllerOptions controller_options = *std::move(options_or);
+    // One client tells where the program runs; each of the file's clients
+    // is a controller of its own, as separate users would be.
+    {
+      auto probe = client::RemoteClient::Connect(islands, controller_options);
+      if (!probe.ok()) return Fail(probe.status(), 1);
+      auto devices = (*probe)->Devices();
+      if (!devices.ok()) return Fail(devices.status(), 1);
+      accelerators = devices->size();
+    }
+    where = absl::StrCat(" of ", islands.size(), " island", islands.size() == 1 ? "" : "s");
+    result = RunProgramFile(
+        *file,
+        [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<client::Client>> {
+          transport::ControllerOptions o = controller_options;
+          o.name = name;
+          ASSIGN_OR_RETURN(auto c, client::RemoteClient::Connect(islands, o));
+          return std::unique_ptr<client::Client>(std::move(c));
+        },
+        run_options);
+  } else {
     auto rt = Runtime::Create(*options);
     if (!rt.ok()) return Fail(rt.status(), 1);
     accelerators = (*rt)->size();
     IslandOptions island_options;
-    // Enough runs in flight for the devices to stay busy, bounded so that
-    // the intermediate buffers of queued runs stay small.
-    island_options.runs_in_flight = std::clamp(runs, 2, 8);
-    island_options.run_deadline = deadline;
+    island_options.runs_in_flight = run_options.window;
     auto island = Island::Create(rt->get(), island_options);
     if (!island.ok()) return Fail(island.status(), 1);
-    ProgramFileRunOptions run_options;
-    run_options.clients = clients;
-    run_options.runs = runs;
     result = RunProgramFile(*file, **island, run_options);
   }
   if (!result.ok()) return Fail(result.status(), 1);
 
   const ProgramDef& program = file->def.program();
-  std::printf("program %s: %d client%s x %d run%s on %zu accelerator%s\n", program.name().c_str(), clients,
-              clients == 1 ? "" : "s", runs, runs == 1 ? "" : "s", accelerators,
-              accelerators == 1 ? "" : "s");
+  std::printf("program %s: %d client%s x %d run%s on %zu accelerator%s%s\n", program.name().c_str(), clients,
+              clients == 1 ? "" : "s", runs, runs == 1 ? "" : "s", accelerators, accelerators == 1 ? "" : "s",
+              where.c_str());
   // Every client ran the same program on the same inputs: client 0's
   // outputs stand for all (RunProgramFile checked each against the file).
   for (const ProgramFileOutput& out : result->clients[0].outputs) PrintOutput(out);

@@ -197,12 +197,9 @@ int TrainCommand(const std::vector<std::string>& args) {
         processes.push_back(*std::move(p));
       }
     }
-    transport::ControllerOptions controller_options;
-    controller_options.name = "train";
-    auto secret = SecretFromFlags(flags);
-    if (!secret.ok()) return fail(secret.status(), 2);
-    controller_options.secret = *std::move(secret);
-    auto connected = transport::Controller::Connect(addresses, controller_options);
+    auto controller_options = ControllerOptionsFromFlags(flags, "train");
+    if (!controller_options.ok()) return fail(controller_options.status(), 2);
+    auto connected = transport::Controller::Connect(addresses, *controller_options);
     if (!connected.ok()) return fail(connected.status(), 1);
     controller = *std::move(connected);
     auto backend = models::RemoteBackend::Create(controller.get());

@@ -39,6 +39,7 @@
 #include "shaders/builtin_shaders.h"
 #include "tests/testing/pipeline_program.h"
 #include "tests/testing/test_support.h"
+#include "transport/island_process.h"
 
 namespace causeway::cli {
 namespace {
@@ -586,7 +587,7 @@ TEST(ProgramFileTest, ErrorsFoundWhenRunningArePlacedInTheFile) {
            Case{"shape: [4] } }", "shape: [3] } }", {f + ":7:3: node 'sum'"}},
            Case{"dims: 2 }",
                 "dims: 2 island: \"far\" }",
-                {f + ":3:3: mesh 'm' is on island 'far'; a program file runs on one island, 'local'"}},
+                {f + ":3:3: mesh 'm' is on island 'far', which is not among the islands: 'local'"}},
            Case{"dims: 2 }", "dims: 3 }", {f + ":3:3: mesh 'm': a mesh of 3 accelerators does not fit"}},
        }) {
     SCOPED_TRACE(c.to);
@@ -689,6 +690,83 @@ TEST(RunCommandTest, RunsSeveralClients) {
   EXPECT_THAT(r.out, HasSubstr("2 clients x 4 runs on 2 accelerators"));
   EXPECT_THAT(r.out, HasSubstr("client client-0: 4 runs"));
   EXPECT_THAT(r.out, HasSubstr("client client-1: 4 runs"));
+}
+
+// Tests that `causeway run --connect` runs a program file on running island
+// servers through the same code as on an island of its own: the pipeline
+// example with two stages on each of two islands (meshes naming them), two
+// clients each a controller of its own, gives the example's expected output
+// with the same checksum; a mesh naming no island of --connect is placed in
+// the file; what applies only to an island of this process is refused.
+TEST(RunCommandTest, RunsOnRunningIslandsWithConnect) {
+  const fs::path dir = FreshDir("cli_connect");
+  std::vector<std::unique_ptr<transport::IslandProcess>> islands;
+  for (const char* name : {"left", "right"}) {
+    auto island = transport::IslandProcess::Start(::causeway::testing::CliPath(), name,
+                                                  {::causeway::testing::DeviceFlag(), "--accelerators=2"});
+    ASSERT_TRUE(island.ok()) << island.status();
+    islands.push_back(*std::move(island));
+  }
+  const std::string connect = absl::StrCat(" --connect ", islands[0]->address(), ",", islands[1]->address());
+  std::string text = ReadFile(ExamplesDir() / "pipeline.textproto");
+  for (const auto& [mesh, island] :
+       {std::pair{"s0", "left"}, {"s1", "left"}, {"s2", "right"}, {"s3", "right"}}) {
+    const std::string from = absl::StrCat("name: \"", mesh, "\" dims: 1");
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(),
+                 absl::StrCat("name: \"", mesh, "\" island: \"", island, "\" dims: 1"));
+  }
+  const fs::path two = dir / "two_islands.textproto";
+  WriteFile(two, text);
+  ASSERT_OK_AND_ASSIGN(ProgramFile file, ReadProgramFile(two.string()));
+  const std::string want = ExpectedBytes(file, "x4", {8, 64});
+
+  Ran r = Cli(
+      absl::StrCat("run ", two.string(), connect, " --runs 4 --clients 2 --outputs ", (dir / "out").string()),
+      dir);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("program matmul-pipeline: 2 clients x 4 runs on 4 accelerators of 2 islands"));
+  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("output x4: [8, 64] f32 checksum %016x", Fnv1a64(want))));
+  EXPECT_THAT(r.out, HasSubstr("client client-0: 4 runs"));
+  EXPECT_THAT(r.out, HasSubstr("client client-1: 4 runs"));
+  EXPECT_THAT(r.out, HasSubstr("expect: ok (1 output as expected)"));
+  EXPECT_EQ(ReadFile(dir / "out" / "x4.bin"), want);
+
+  // The example as it is (no island named) runs on the first island alone.
+  Ran first = Cli(absl::StrCat("run ", (ExamplesDir() / "pipeline.textproto").string(), " --connect ",
+                               islands[1]->address()),
+                  dir);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  EXPECT_THAT(first.out, HasSubstr("on 2 accelerators of 1 island"));
+  EXPECT_THAT(first.out, HasSubstr(absl::StrFormat("checksum %016x", Fnv1a64(want))));
+
+  // A mesh on an island --connect does not name, placed in the file.
+  std::string elsewhere = text;
+  elsewhere.replace(elsewhere.find("island: \"right\""), 15, "island: \"north\"");
+  WriteFile(dir / "north.textproto", elsewhere);
+  Ran north = Cli(absl::StrCat("run ", (dir / "north.textproto").string(), connect), dir);
+  EXPECT_EQ(north.code, 1) << north.out << north.err;
+  EXPECT_THAT(north.err,
+              HasSubstr(absl::StrCat((dir / "north.textproto").string(),
+                                     ":18:3: mesh 's2' is on island 'north', which is not among the "
+                                     "islands: 'left', 'right'")));
+
+  // What belongs to an island of this process, with --connect.
+  for (const char* flag : {"--accelerators=2", "--check-order", "--device=cpu"}) {
+    Ran bad = Cli(absl::StrCat("run ", two.string(), connect, " ", flag), dir);
+    EXPECT_EQ(bad.code, 2) << flag << ": " << bad.err;
+    EXPECT_THAT(bad.err, HasSubstr("--connect")) << flag;
+  }
+  Ran secret = Cli(absl::StrCat("run ", two.string(), " --secret-file ", (dir / "none").string()), dir);
+  EXPECT_EQ(secret.code, 2);
+  EXPECT_THAT(secret.err, HasSubstr("--secret-file is for --connect"));
+
+  // An island that is gone: the run fails naming it.
+  const std::string gone = islands[1]->address();
+  islands[1]->Stop(absl::Seconds(10));
+  Ran down = Cli(absl::StrCat("run ", two.string(), " --connect ", islands[0]->address(), ",", gone), dir);
+  EXPECT_EQ(down.code, 1) << down.out << down.err;
+  EXPECT_THAT(down.err, HasSubstr(gone));
 }
 
 // Tests that a malformed file exits 1 with the file, the line and the
