@@ -31,7 +31,8 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "models/remote_backend.h"
+#include "client/local_client.h"
+#include "client/remote_client.h"
 #include "models/trainer.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
@@ -57,7 +58,7 @@ struct Layout {
 struct Running {
   const Layout* layout = nullptr;
   std::vector<std::unique_ptr<transport::IslandProcess>> processes;
-  std::unique_ptr<transport::Controller> controller;
+  std::unique_ptr<client::Client> remote;  // of the island processes
   std::unique_ptr<models::Trainer> trainer;
   std::vector<double> seconds;
   double loss = 0;
@@ -130,7 +131,7 @@ int Main(int argc, char** argv) {
   if (device == "cpu") options.memory_budget = uint64_t{2} << 30;
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   auto island = Must(Island::Create(rt.get()), "Island::Create");
-  auto client = Must(island->Connect("models_bench"), "Connect");
+  auto local = Must(client::LocalClient::Connect(island.get(), "models_bench"), "LocalClient::Connect");
 
   const int n = accelerators;
   std::vector<Layout> layouts = {{"SPMD", {n}, 1},
@@ -160,7 +161,7 @@ int Main(int argc, char** argv) {
     o.layout = models::TrainLayout{batch, layout.micro_batches, static_cast<uint32_t>(std::max(layout.islands, 1))};
     o.stages = layout.stages;
     if (layout.islands == 0) {
-      r.trainer = Must(models::Trainer::Create(client.get(), corpus, o), "Trainer::Create");
+      r.trainer = Must(models::Trainer::Create(local.get(), corpus, o), "Trainer::Create");
     } else {
       std::vector<std::string> addresses;
       for (int i = 0; i < layout.islands; ++i) {
@@ -168,9 +169,8 @@ int Main(int argc, char** argv) {
             StartIsland(absl::StrCat("of", layout.islands, "-island-", i), n / layout.islands, device));
         addresses.push_back(r.processes.back()->address());
       }
-      r.controller = Must(transport::Controller::Connect(addresses), "Controller::Connect");
-      auto backend = Must(models::RemoteBackend::Create(r.controller.get()), "RemoteBackend::Create");
-      r.trainer = Must(models::Trainer::Create(std::move(backend), corpus, o), "Trainer::Create");
+      r.remote = Must(client::RemoteClient::Connect(addresses), "RemoteClient::Connect");
+      r.trainer = Must(models::Trainer::Create(r.remote.get(), corpus, o), "Trainer::Create");
     }
     Must(r.trainer->Train(2), "warm-up");
   }

@@ -1,5 +1,6 @@
 // The plain Device of client.h from what the runtime knows of a physical
-// device (Vulkan types stay in this private header).
+// device, and back (Vulkan types stay in this header, which public headers
+// do not include).
 #ifndef CAUSEWAY_CLIENT_DEVICE_INFO_H_
 #define CAUSEWAY_CLIENT_DEVICE_INFO_H_
 
@@ -27,6 +28,25 @@ inline Device DeviceFrom(const PhysicalDeviceInfo& info, absl::Status health, in
   }
   d.health = std::move(health);
   return d;
+}
+
+// What planners read of a device (runtime/ops.h: workgroup limits, subgroup
+// size, kind), back from a Device: the rest is left zero.
+inline PhysicalDeviceInfo InfoFrom(const Device& d) {
+  PhysicalDeviceInfo info;
+  info.name = d.name;
+  info.type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
+  for (VkPhysicalDeviceType t : {VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU,
+                                 VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, VK_PHYSICAL_DEVICE_TYPE_CPU}) {
+    if (d.type == DeviceTypeName(t)) info.type = t;
+  }
+  info.subgroup_size = d.subgroup_size;
+  info.limits.maxComputeWorkGroupInvocations = d.max_workgroup_invocations;
+  for (int i = 0; i < 3; ++i) {
+    info.limits.maxComputeWorkGroupSize[i] = d.max_workgroup_size[i];
+    info.limits.maxComputeWorkGroupCount[i] = d.max_workgroup_count[i];
+  }
+  return info;
 }
 
 }  // namespace causeway::client

@@ -1,126 +1,146 @@
 #include "models/trainer.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "runtime/accelerator.h"
-#include "runtime/memory.h"
+#include "client/device_info.h"
 #include "runtime/status.h"
 
 namespace causeway::models {
 
-const PhysicalDeviceInfo* LocalBackend::device() const {
-  for (const std::shared_ptr<Mesh>& mesh : meshes_) {
-    if (mesh->size() > 0 && mesh->device(0) != nullptr) return &mesh->device(0)->info();
-  }
-  return nullptr;
-}
+// What the trainer holds on the client: meshes, programs and arrays by
+// index or handle, and for each array the run that writes it (its failure
+// is the array's).
+class Trainer::Arrays {
+ public:
+  Arrays(client::Client* client, absl::Duration timeout) : client_(client), timeout_(timeout) {}
 
-absl::StatusOr<int> LocalBackend::AllocateMesh(int /*replica*/, int size) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, client_->AllocateMesh({size}));
-  meshes_.push_back(std::move(mesh));
-  return static_cast<int>(meshes_.size()) - 1;
-}
-
-absl::StatusOr<int> LocalBackend::Load(const ProgramDef& def,
-                                       const absl::flat_hash_map<std::string, int>& meshes) {
-  absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> bound;
-  for (const auto& [name, index] : meshes) bound[name] = meshes_.at(index);
-  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, BuildProgram(def, bound));
-  ASSIGN_OR_RETURN(std::shared_ptr<Executable> executable, client_->Load(program));
-  programs_.push_back(std::move(executable));
-  return static_cast<int>(programs_.size()) - 1;
-}
-
-absl::StatusOr<TrainBackend::Handle> LocalBackend::Create(int mesh, const Shape& shape, DType dtype,
-                                                          const Sharding& sharding, const void* data,
-                                                          uint64_t bytes) {
-  ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(meshes_.at(mesh), shape, dtype, sharding));
-  RETURN_IF_ERROR(array->Upload(data, bytes));
-  arrays_[next_] = std::move(array);
-  return next_++;
-}
-
-absl::StatusOr<ArrayRef> LocalBackend::Get(Handle array) const {
-  auto it = arrays_.find(array);
-  if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", array));
-  return it->second;
-}
-
-absl::StatusOr<std::vector<TrainBackend::Handle>> LocalBackend::Execute(int program,
-                                                                        const std::vector<Handle>& inputs,
-                                                                        absl::Duration deadline) {
-  std::vector<ArrayRef> arrays;
-  for (Handle h : inputs) {
-    ASSIGN_OR_RETURN(ArrayRef a, Get(h));
-    arrays.push_back(std::move(a));
-  }
-  ASSIGN_OR_RETURN(Execution run, client_->Execute(programs_.at(program), arrays, {.deadline = deadline}));
-  std::vector<Handle> out;
-  for (ArrayRef& a : run.outputs) {
-    arrays_[next_] = std::move(a);
-    out.push_back(next_++);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<float>> LocalBackend::Read(Handle handle) {
-  ASSIGN_OR_RETURN(ArrayRef array, Get(handle));
-  std::vector<float> values(NumElements(array->shape()));
-  RETURN_IF_ERROR(array->Download(values.data(), values.size() * sizeof(float)));
-  return values;
-}
-
-absl::StatusOr<double> LocalBackend::Sum(Handle handle) {
-  ASSIGN_OR_RETURN(ArrayRef array, Get(handle));
-  // Where the host can read the accelerators' memory (lavapipe, unified
-  // memory), read each shard as soon as its writes are done: a download
-  // would be queued behind the step already queued after this one.
-  std::vector<bool> read(array->shard_count(), false);
-  double sum = 0;
-  for (int d = 0; d < array->mesh()->size(); ++d) {
-    const int j = array->ShardIndex(d);
-    if (read[j]) continue;
-    ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, array->shard(d));
-    if (!buffer->host_coherent() || buffer->mapped() == nullptr) {
-      ASSIGN_OR_RETURN(std::vector<float> values, Read(handle));
-      sum = 0;
-      for (float v : values) sum += v;
-      return sum;
+  // Plans for the first island's device, unless islands differ in kind.
+  absl::Status Init() {
+    if (client_ == nullptr || client_->island_count() == 0) {
+      return absl::InvalidArgumentError("trainer: a client with at least one island is needed");
     }
-    RETURN_IF_ERROR(array->ShardReady(d).AwaitStatus());
-    const float* values = static_cast<const float*>(buffer->mapped());
-    for (uint64_t i = 0; i < array->shard_bytes() / sizeof(float); ++i) sum += values[i];
-    read[j] = true;
+    ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
+    for (const client::Device& d : devices) {
+      if (!device_) {
+        device_ = client::InfoFrom(d);
+      } else if (DeviceTypeName(device_->type) != d.type || device_->subgroup_size != d.subgroup_size) {
+        device_.reset();  // plan what runs on every island
+        break;
+      }
+    }
+    return absl::OkStatus();
   }
-  return sum;
-}
+  const PhysicalDeviceInfo* device() const { return device_ ? &*device_ : nullptr; }
 
-absl::Status LocalBackend::Release(Handle array) {
-  if (arrays_.erase(array) == 0) return absl::NotFoundError(absl::StrCat("trainer: no array ", array));
-  return absl::OkStatus();
-}
+  absl::StatusOr<int> AllocateMesh(int replica, int size) {
+    ASSIGN_OR_RETURN(client::Mesh mesh, client_->AllocateMesh(replica % client_->island_count(), {size}));
+    meshes_.push_back(std::move(mesh));
+    return static_cast<int>(meshes_.size()) - 1;
+  }
 
-Trainer::Trainer(std::unique_ptr<TrainBackend> backend, const TextCorpus& corpus, TrainOptions options)
-    : backend_(std::move(backend)),
+  absl::StatusOr<int> Load(const ProgramDef& def, const absl::flat_hash_map<std::string, int>& meshes) {
+    absl::flat_hash_map<std::string, client::Mesh> bound;
+    for (const auto& [name, index] : meshes) bound[name] = meshes_.at(index);
+    ASSIGN_OR_RETURN(std::shared_ptr<client::LoadedProgram> program, client_->Load(def, bound));
+    programs_.push_back(std::move(program));
+    return static_cast<int>(programs_.size()) - 1;
+  }
+
+  // A new array holding `bytes` (row-major, the whole array).
+  absl::StatusOr<Handle> Create(int mesh, const Shape& shape, DType dtype, const Sharding& sharding,
+                                const void* data, uint64_t bytes) {
+    ASSIGN_OR_RETURN(client::Array array, client_->CreateArray(meshes_.at(mesh), shape, dtype, sharding));
+    if (absl::Status s = client_->Upload(array, data, bytes); !s.ok()) {
+      client_->Release(array).IgnoreError();
+      return s;
+    }
+    arrays_[next_] = {std::move(array), std::nullopt};
+    return next_++;
+  }
+
+  // Queues a run, which fails past `deadline` from now (infinite: never);
+  // returns its outputs at once (in the def's order).
+  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs,
+                                              absl::Duration deadline) {
+    std::vector<client::Array> arrays;
+    for (Handle h : inputs) {
+      ASSIGN_OR_RETURN(Stored s, Get(h));
+      arrays.push_back(std::move(s.array));
+    }
+    client::ExecuteOptions options;
+    options.deadline = deadline;
+    ASSIGN_OR_RETURN(client::Run run, client_->Execute(programs_.at(program), arrays, options));
+    std::vector<Handle> out;
+    for (client::Array& a : run.outputs) {
+      arrays_[next_] = {std::move(a), run.done};
+      out.push_back(next_++);
+    }
+    return out;
+  }
+
+  // The f32 array's values, once written.
+  absl::StatusOr<std::vector<float>> Read(Handle handle) const {
+    ASSIGN_OR_RETURN(Stored s, Get(handle));
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (s.written) RETURN_IF_ERROR(s.written->AwaitStatus(deadline));
+    std::vector<float> values(NumElements(s.array.shape));
+    RETURN_IF_ERROR(client_->Download(s.array, values.data(), values.size() * sizeof(float), deadline));
+    return values;
+  }
+
+  absl::StatusOr<double> Sum(Handle handle) const {
+    ASSIGN_OR_RETURN(std::vector<float> values, Read(handle));
+    double sum = 0;
+    for (float v : values) sum += v;
+    return sum;
+  }
+
+  // Drops the array (runs queued before still read it).
+  absl::Status Release(Handle handle) {
+    auto it = arrays_.find(handle);
+    if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    const client::Array array = it->second.array;
+    arrays_.erase(it);
+    return client_->Release(array);
+  }
+
+ private:
+  struct Stored {
+    client::Array array;
+    std::optional<Future<>> written;  // none for an uploaded array
+  };
+  absl::StatusOr<Stored> Get(Handle handle) const {
+    auto it = arrays_.find(handle);
+    if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    return it->second;
+  }
+
+  client::Client* client_;
+  const absl::Duration timeout_;
+  std::optional<PhysicalDeviceInfo> device_;
+  std::vector<client::Mesh> meshes_;
+  std::vector<std::shared_ptr<client::LoadedProgram>> programs_;
+  absl::flat_hash_map<Handle, Stored> arrays_;
+  Handle next_ = 1;
+};
+
+Trainer::Trainer(std::unique_ptr<Arrays> arrays, const TextCorpus& corpus, TrainOptions options)
+    : arrays_(std::move(arrays)),
       corpus_(corpus),
       options_(std::move(options)),
       sampler_(corpus.train(), options_.layout.batch, options_.config.seq_len, options_.seed) {}
 
 Trainer::~Trainer() {
   for (auto* list : {&weights_, &m_, &v_}) {
-    for (const std::vector<TrainBackend::Handle>& replica : *list) ReleaseAll(replica);
+    for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
   }
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(Client* client, const TextCorpus& corpus,
-                                                         TrainOptions options) {
-  return Create(std::make_unique<LocalBackend>(client), corpus, std::move(options));
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::unique_ptr<TrainBackend> backend,
-                                                         const TextCorpus& corpus, TrainOptions options) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(client::Client* client, const TextCorpus& corpus,
+                                                         TrainOptions options, absl::Duration timeout) {
   if (options.config.vocab == 0) options.config.vocab = static_cast<uint32_t>(corpus.vocab().size());
   if (options.config.vocab < static_cast<uint32_t>(corpus.vocab().size())) {
     return absl::InvalidArgumentError(absl::StrCat("model: vocab ", options.config.vocab,
@@ -130,7 +150,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(std::unique_ptr<TrainBa
   RETURN_IF_ERROR(options.config.Validate());
   if (options.stages.empty()) return absl::InvalidArgumentError("trainer: no stages");
   if (options.layout.replicas == 0) return absl::InvalidArgumentError("trainer: 0 replicas");
-  std::unique_ptr<Trainer> trainer(new Trainer(std::move(backend), corpus, std::move(options)));
+  auto arrays = std::make_unique<Arrays>(client, timeout);
+  RETURN_IF_ERROR(arrays->Init());
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(arrays), corpus, std::move(options)));
   RETURN_IF_ERROR(trainer->Init());
   return trainer;
 }
@@ -142,22 +164,22 @@ absl::Status Trainer::Init() {
     for (int size : options_.stages) {
       if (size < 1)
         return absl::InvalidArgumentError(absl::StrCat("trainer: a stage of ", size, " accelerators"));
-      ASSIGN_OR_RETURN(int mesh, backend_->AllocateMesh(static_cast<int>(r), size));
+      ASSIGN_OR_RETURN(int mesh, arrays_->AllocateMesh(static_cast<int>(r), size));
       meshes_.push_back(mesh);
     }
   }
   AdamSettings settings;
   settings.adam = options_.adam;
   ASSIGN_OR_RETURN(step_program_, BuildTrainStepDef(options_.config, options_.layout, options_.stages,
-                                                    settings, backend_->device()));
+                                                    settings, arrays_->device()));
   absl::flat_hash_map<std::string, int> bound;
   for (size_t i = 0; i < meshes_.size(); ++i) bound[step_program_.meshes[i]] = meshes_[i];
-  ASSIGN_OR_RETURN(train_, backend_->Load(step_program_.def, bound));
+  ASSIGN_OR_RETURN(train_, arrays_->Load(step_program_.def, bound));
   ASSIGN_OR_RETURN(ProgramDef eval,
-                   BuildEvalDef(options_.config, options_.layout.batch, options_.stages, backend_->device()));
+                   BuildEvalDef(options_.config, options_.layout.batch, options_.stages, arrays_->device()));
   absl::flat_hash_map<std::string, int> eval_bound;
   for (int s = 0; s < stages; ++s) eval_bound[absl::StrCat("stage", s)] = meshes_[s];
-  ASSIGN_OR_RETURN(eval_, backend_->Load(eval, eval_bound));
+  ASSIGN_OR_RETURN(eval_, arrays_->Load(eval, eval_bound));
 
   const std::vector<ParameterInfo> params = Parameters(options_.config);
   const std::vector<std::vector<float>> initial = InitialParameters(options_.config, options_.seed);
@@ -168,9 +190,9 @@ absl::Status Trainer::Init() {
       const std::vector<float> zeros(initial[i].size(), 0.0f);
       for (auto [list, values] :
            {std::pair{&weights_, &initial[i]}, std::pair{&m_, &zeros}, std::pair{&v_, &zeros}}) {
-        ASSIGN_OR_RETURN(TrainBackend::Handle array,
-                         backend_->Create(mesh, params[i].shape, DType::kF32, Sharding::Replicated(),
-                                          values->data(), values->size() * sizeof(float)));
+        ASSIGN_OR_RETURN(Handle array,
+                         arrays_->Create(mesh, params[i].shape, DType::kF32, Sharding::Replicated(),
+                                         values->data(), values->size() * sizeof(float)));
         (*list)[r].push_back(array);
       }
     }
@@ -178,18 +200,17 @@ absl::Status Trainer::Init() {
   return absl::OkStatus();
 }
 
-void Trainer::ReleaseAll(const std::vector<TrainBackend::Handle>& arrays) {
+void Trainer::ReleaseAll(const std::vector<Handle>& arrays) {
   // A release that fails (a lost island) has nothing left to free.
-  for (TrainBackend::Handle h : arrays) backend_->Release(h).IgnoreError();
+  for (Handle h : arrays) arrays_->Release(h).IgnoreError();
 }
 
-absl::StatusOr<TrainBackend::Handle> Trainer::Tokens(const std::vector<int32_t>& tokens, int mesh,
-                                                     uint32_t rows) {
-  return backend_->Create(mesh, {rows, options_.config.seq_len}, DType::kI32, Sharding::Split(0),
-                          tokens.data(), tokens.size() * sizeof(int32_t));
+absl::StatusOr<Trainer::Handle> Trainer::Tokens(const std::vector<int32_t>& tokens, int mesh, uint32_t rows) {
+  return arrays_->Create(mesh, {rows, options_.config.seq_len}, DType::kI32, Sharding::Split(0),
+                         tokens.data(), tokens.size() * sizeof(int32_t));
 }
 
-absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
+absl::StatusOr<std::vector<Trainer::Handle>> Trainer::Queue() {
   ASSIGN_OR_RETURN(TokenBatch batch, sampler_.Next());
   const uint32_t micro = options_.layout.micro_batches, replicas = options_.layout.replicas;
   const int stages = static_cast<int>(options_.stages.size());
@@ -197,12 +218,12 @@ absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
   const uint64_t per = uint64_t{rows} * batch.seq_len;
   const float step = static_cast<float>(step_ + 1);
   using Kind = StepValue::Kind;
-  std::vector<TrainBackend::Handle> inputs;
-  std::vector<TrainBackend::Handle> fresh;  // made for this run only
+  std::vector<Handle> inputs;
+  std::vector<Handle> fresh;  // made for this run only
   absl::Status made = [&]() -> absl::Status {
     for (const StepValue& value : step_program_.parameter_values) {
       const int mesh = meshes_[value.replica * stages + value.stage];
-      TrainBackend::Handle h = 0;
+      Handle h = 0;
       switch (value.kind) {
         case Kind::kIds:
         case Kind::kTargets: {
@@ -216,7 +237,7 @@ absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
         }
         case Kind::kStep: {
           ASSIGN_OR_RETURN(
-              h, backend_->Create(mesh, {1}, DType::kF32, Sharding::Replicated(), &step, sizeof(step)));
+              h, arrays_->Create(mesh, {1}, DType::kF32, Sharding::Replicated(), &step, sizeof(step)));
           fresh.push_back(h);
           break;
         }
@@ -236,20 +257,20 @@ absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
     }
     return absl::OkStatus();
   }();
-  absl::StatusOr<std::vector<TrainBackend::Handle>> run =
-      made.ok() ? backend_->Execute(train_, inputs, options_.run_deadline)
-                : absl::StatusOr<std::vector<TrainBackend::Handle>>(made);
+  absl::StatusOr<std::vector<Handle>> run = made.ok()
+                                                ? arrays_->Execute(train_, inputs, options_.run_deadline)
+                                                : absl::StatusOr<std::vector<Handle>>(made);
   ReleaseAll(fresh);
   if (!run.ok()) return run.status();
   if (run->size() != step_program_.output_values.size()) {
     return absl::InternalError(
         absl::StrCat("train step: ", run->size(), " outputs, expected ", step_program_.output_values.size()));
   }
-  std::vector<TrainBackend::Handle> losses, replaced;
+  std::vector<Handle> losses, replaced;
   for (size_t o = 0; o < run->size(); ++o) {
     const StepValue& value = step_program_.output_values[o];
-    const TrainBackend::Handle h = (*run)[o];
-    std::vector<std::vector<TrainBackend::Handle>>* list = nullptr;
+    const Handle h = (*run)[o];
+    std::vector<std::vector<Handle>>* list = nullptr;
     switch (value.kind) {
       case Kind::kLoss:
         losses.push_back(h);
@@ -275,11 +296,11 @@ absl::StatusOr<std::vector<TrainBackend::Handle>> Trainer::Queue() {
   return losses;
 }
 
-absl::StatusOr<double> Trainer::MeanLoss(const std::vector<TrainBackend::Handle>& losses, uint64_t tokens) {
+absl::StatusOr<double> Trainer::MeanLoss(const std::vector<Handle>& losses, uint64_t tokens) {
   double sum = 0;
   absl::Status status;
-  for (TrainBackend::Handle loss : losses) {
-    absl::StatusOr<double> s = backend_->Sum(loss);
+  for (Handle loss : losses) {
+    absl::StatusOr<double> s = arrays_->Sum(loss);
     if (s.ok()) {
       sum += *s;
     } else if (status.ok()) {
@@ -297,12 +318,12 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
   if (steps == 0) return out;
   const uint64_t tokens = uint64_t{options_.layout.batch} * options_.config.seq_len;
   absl::Time last = absl::Now();
-  ASSIGN_OR_RETURN(std::vector<TrainBackend::Handle> pending, Queue());
+  ASSIGN_OR_RETURN(std::vector<Handle> pending, Queue());
   for (uint64_t i = 0; i < steps; ++i) {
     // Queue the next step before reading this one's loss.
-    std::vector<TrainBackend::Handle> next;
+    std::vector<Handle> next;
     if (i + 1 < steps) {
-      absl::StatusOr<std::vector<TrainBackend::Handle>> queued = Queue();
+      absl::StatusOr<std::vector<Handle>> queued = Queue();
       if (!queued.ok()) {
         ReleaseAll(pending);
         return queued.status();
@@ -332,12 +353,12 @@ absl::StatusOr<double> Trainer::Evaluate() {
       std::vector<TokenBatch> batches,
       EvaluationBatches(corpus_.held_out(), batch, options_.config.seq_len, options_.eval_batches));
   const int stages = static_cast<int>(options_.stages.size());
-  std::vector<TrainBackend::Handle> losses;
+  std::vector<Handle> losses;
   absl::Status status;
   for (const TokenBatch& b : batches) {
-    std::vector<TrainBackend::Handle> inputs;
-    absl::StatusOr<TrainBackend::Handle> ids = Tokens(b.inputs, meshes_.front(), batch);
-    absl::StatusOr<TrainBackend::Handle> targets = Tokens(b.targets, meshes_[stages - 1], batch);
+    std::vector<Handle> inputs;
+    absl::StatusOr<Handle> ids = Tokens(b.inputs, meshes_.front(), batch);
+    absl::StatusOr<Handle> targets = Tokens(b.targets, meshes_[stages - 1], batch);
     for (auto* h : {&ids, &targets}) {
       if (h->ok()) inputs.push_back(**h);
     }
@@ -347,8 +368,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
       break;
     }
     inputs.insert(inputs.end(), weights_[0].begin(), weights_[0].end());
-    absl::StatusOr<std::vector<TrainBackend::Handle>> run =
-        backend_->Execute(eval_, inputs, options_.run_deadline);
+    absl::StatusOr<std::vector<Handle>> run = arrays_->Execute(eval_, inputs, options_.run_deadline);
     ReleaseAll({*ids, *targets});
     if (!run.ok()) {
       status = run.status();
@@ -368,8 +388,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Trainer::Weights(int replica) co
     return absl::InvalidArgumentError(absl::StrCat("trainer: no replica ", replica, " of ", weights_.size()));
   }
   std::vector<std::vector<float>> out;
-  for (TrainBackend::Handle w : weights_[replica]) {
-    ASSIGN_OR_RETURN(std::vector<float> values, backend_->Read(w));
+  for (Handle w : weights_[replica]) {
+    ASSIGN_OR_RETURN(std::vector<float> values, arrays_->Read(w));
     out.push_back(std::move(values));
   }
   return out;

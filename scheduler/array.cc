@@ -230,7 +230,16 @@ absl::Status Array::Download(void* host, uint64_t size) const {
     done[j] = true;
     ASSIGN_OR_RETURN(auto buffer, shard(d));
     char* dst = sharding_.replicated() ? out : packed.data();
-    RETURN_IF_ERROR(mesh_->device(d)->Download(buffer, dst, shard_bytes_, 0, {ShardReady(d)}).Await());
+    if (buffer->host_coherent() && buffer->mapped() != nullptr) {
+      // The host reads the accelerator's memory (lavapipe, unified memory):
+      // once the shard is written, read it there, rather than through a copy
+      // queued behind whatever was submitted since (a trainer reads step t's
+      // loss while step t + 1 runs).
+      RETURN_IF_ERROR(ShardReady(d).AwaitStatus());
+      std::memcpy(dst, buffer->mapped(), shard_bytes_);
+    } else {
+      RETURN_IF_ERROR(mesh_->device(d)->Download(buffer, dst, shard_bytes_, 0, {ShardReady(d)}).Await());
+    }
     if (sharding_.replicated()) continue;
     for (int64_t o = 0; o < s.outer; ++o) {
       std::memcpy(out + ((o * s.axis) + j * part) * s.inner * elem, packed.data() + o * part * s.inner * elem,

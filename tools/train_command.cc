@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "models/remote_backend.h"
+#include "client/local_client.h"
+#include "client/remote_client.h"
 #include "models/trainer.h"
 #include "runtime/runtime.h"
 #include "scheduler/island.h"
@@ -166,16 +167,15 @@ int TrainCommand(const std::vector<std::string>& args) {
   // running elsewhere), one replica of the layout on each.
   std::unique_ptr<Runtime> rt;
   std::unique_ptr<Island> island;
-  std::shared_ptr<Client> client;
   std::vector<std::unique_ptr<transport::IslandProcess>> processes;
-  std::unique_ptr<transport::Controller> controller;
-  std::unique_ptr<models::Trainer> trainer;
+  std::unique_ptr<client::Client> client;
   std::string where;
   const int islands = static_cast<int>(get("islands"));
   if (islands > 1 && flags.Has("connect")) {
     return fail(absl::InvalidArgumentError("--islands and --connect do not go together"), 2);
   }
-  if (islands > 1 || flags.Has("connect")) {
+  const bool remote = islands > 1 || flags.Has("connect");
+  if (remote) {
     std::vector<std::string> addresses;
     if (flags.Has("connect")) {
       addresses = absl::StrSplit(flags.Get("connect"), ',', absl::SkipEmpty());
@@ -199,24 +199,25 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     auto controller_options = ControllerOptionsFromFlags(flags, "train");
     if (!controller_options.ok()) return fail(controller_options.status(), 2);
-    auto connected = transport::Controller::Connect(addresses, *controller_options);
+    auto connected = client::RemoteClient::Connect(addresses, *controller_options);
     if (!connected.ok()) return fail(connected.status(), 1);
-    controller = *std::move(connected);
-    auto backend = models::RemoteBackend::Create(controller.get());
-    if (!backend.ok()) return fail(backend.status(), 1);
-    auto description = controller->Describe(0);
-    if (!description.ok()) return fail(description.status(), 1);
-    auto stages = Stages(layout, description->accelerators, static_cast<int>(get("stages")));
+    client = *std::move(connected);
+    auto devices = client->Devices();
+    if (!devices.ok()) return fail(devices.status(), 1);
+    // Replica r on island r: each island as many accelerators as the first.
+    std::vector<std::string> names(static_cast<size_t>(client->island_count()));
+    int per_island = 0;
+    for (const client::Device& d : *devices) {
+      names.at(d.island) = d.island_name;
+      if (d.island == 0) ++per_island;
+    }
+    auto stages = Stages(layout, per_island, static_cast<int>(get("stages")));
     if (!stages.ok()) return fail(stages.status(), 2);
     options.stages = *stages;
-    options.layout.replicas = static_cast<uint32_t>(controller->island_count());
-    where = absl::StrCat(controller->island_count(), " islands (", absl::StrJoin((*backend)->islands(), ", "),
-                         ") of ", description->accelerators, " accelerator", description->accelerators == 1 ? "" : "s",
-                         " each, ", layout, " (", absl::StrJoin(options.stages, " + "), ") in each; ",
-                         description->device.name);
-    auto made = models::Trainer::Create(*std::move(backend), *corpus, options);
-    if (!made.ok()) return fail(made.status(), 1);
-    trainer = *std::move(made);
+    options.layout.replicas = static_cast<uint32_t>(client->island_count());
+    where = absl::StrCat(client->island_count(), " islands (", absl::StrJoin(names, ", "), ") of ",
+                         per_island, " accelerator", per_island == 1 ? "" : "s", " each, ", layout, " (",
+                         absl::StrJoin(options.stages, " + "), ") in each; ", devices->front().name);
   } else {
     auto made_rt = Runtime::Create(*runtime_options);
     if (!made_rt.ok()) return fail(made_rt.status(), 1);
@@ -226,16 +227,16 @@ int TrainCommand(const std::vector<std::string>& args) {
     auto made_island = Island::Create(rt.get());
     if (!made_island.ok()) return fail(made_island.status(), 1);
     island = *std::move(made_island);
-    auto made_client = island->Connect("train");
+    auto made_client = client::LocalClient::Connect(island.get(), "train");
     if (!made_client.ok()) return fail(made_client.status(), 1);
     client = *std::move(made_client);
     options.stages = *stages;
     where = absl::StrCat(layout, " on ", rt->size(), " accelerator", rt->size() == 1 ? "" : "s", " (",
                          absl::StrJoin(options.stages, " + "), ") of ", rt->plan().device->name);
-    auto made = models::Trainer::Create(client.get(), *corpus, options);
-    if (!made.ok()) return fail(made.status(), 1);
-    trainer = *std::move(made);
   }
+  auto made = models::Trainer::Create(client.get(), *corpus, options);
+  if (!made.ok()) return fail(made.status(), 1);
+  std::unique_ptr<models::Trainer> trainer = *std::move(made);
   const models::TrainOptions& o = trainer->options();
   std::printf("causeway train: %s, %zu characters (%d distinct), %.0f%% held out\n", corpus_path.c_str(),
               static_cast<size_t>(corpus->bytes()), corpus->vocab().size(),
@@ -249,7 +250,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   const uint64_t steps = static_cast<uint64_t>(get("steps"));
   // Island processes trace on their own (causeway island --trace).
   const uint64_t traced =
-      controller != nullptr ? 0 : std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
+      remote ? 0 : std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
   const bool tty = isatty(STDOUT_FILENO);
   std::vector<double> rates, losses;
   auto progress = [&](const models::StepReport& r) {
@@ -292,7 +293,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::printf("  held-out loss     %.4f (%u batches of %u)\n", *held_out, o.eval_batches, o.layout.batch);
   std::printf("  tokens/s          %.0f (median over %zu untraced steps; %llu steps in %.1f s)\n", rate, rates.size(),
               static_cast<unsigned long long>(steps), seconds);
-  if (controller != nullptr) {
+  if (remote) {
     std::printf("  utilization       not collected: the accelerators are in the island processes\n");
   } else if (traced > 0) {
     auto parsed = ReadTraceFile(trace_path);

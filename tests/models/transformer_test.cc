@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/local_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/text_data.h"
@@ -48,11 +49,13 @@ class TransformerTest : public ::testing::Test {
     ASSERT_NE(rt_, nullptr);
     ASSERT_OK_AND_ASSIGN(island_, Island::Create(rt_.get()));
     ASSERT_OK_AND_ASSIGN(client_, island_->Connect("transformer_test"));
+    ASSERT_OK_AND_ASSIGN(local_, client::LocalClient::Connect(island_.get(), "trainer"));
   }
 
   std::unique_ptr<Runtime> rt_;
   std::unique_ptr<Island> island_;
-  std::shared_ptr<Client> client_;
+  std::shared_ptr<Client> client_;         // the scheduler's, for programs built here
+  std::unique_ptr<client::Client> local_;  // the client API's, for trainers
 };
 
 // Runs the gradient program once on `weights` and returns the mean loss and
@@ -294,8 +297,8 @@ struct TrainRun {
   // Every other replica's weights, which must be the same bits.
   std::vector<std::vector<std::vector<float>>> other_replicas;
 };
-TrainRun TrainTiny(Client* client, const TextCorpus& corpus, std::vector<int> stages, uint32_t micro, int steps,
-                   uint32_t replicas = 1) {
+TrainRun TrainTiny(client::Client* client, const TextCorpus& corpus, std::vector<int> stages, uint32_t micro,
+                   int steps, uint32_t replicas = 1) {
   TrainOptions options;
   options.config = Tiny(0);
   options.config.layers = 4;
@@ -335,14 +338,14 @@ void ExpectSameTrajectory(const TrainRun& want, const TrainRun& got) {
 TEST_F(TransformerTest, DataParallelFollowsOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  const TrainRun one = TrainTiny(local_.get(), corpus, {1}, 1, kCompareSteps);
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
   // Over six steps the loss falls (over two it may not: each step's batch differs).
   if (kCompareSteps >= 6) {
     EXPECT_LT(one.losses.back(), one.losses.front());
   }
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2}, 1, kCompareSteps));
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {4}, 1, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(local_.get(), corpus, {2}, 1, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(local_.get(), corpus, {4}, 1, kCompareSteps));
 }
 
 // Tests that pipelines of 2 and 4 stages with 2 and 4 micro-batches
@@ -350,12 +353,12 @@ TEST_F(TransformerTest, DataParallelFollowsOneAccelerator) {
 TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  const TrainRun one = TrainTiny(local_.get(), corpus, {1}, 1, kCompareSteps);
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1}, 2, kCompareSteps));
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {1, 1, 1, 1}, 4, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(local_.get(), corpus, {1, 1}, 2, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(local_.get(), corpus, {1, 1, 1, 1}, 4, kCompareSteps));
   // Both at once: two stages of two accelerators.
-  ExpectSameTrajectory(one, TrainTiny(client_.get(), corpus, {2, 2}, 2, kCompareSteps));
+  ExpectSameTrajectory(one, TrainTiny(local_.get(), corpus, {2, 2}, 2, kCompareSteps));
 }
 
 // Tests that replicas of the layout on meshes of their own (each with its
@@ -364,14 +367,14 @@ TEST_F(TransformerTest, PipelineFollowsOneAccelerator) {
 TEST_F(TransformerTest, ReplicasFollowOneAccelerator) {
   Start(4);
   ASSERT_OK_AND_ASSIGN(TextCorpus corpus, TextCorpus::Load(kCorpus));
-  const TrainRun one = TrainTiny(client_.get(), corpus, {1}, 1, kCompareSteps);
+  const TrainRun one = TrainTiny(local_.get(), corpus, {1}, 1, kCompareSteps);
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kCompareSteps));
   for (auto [stages, micro, replicas] : {std::tuple{std::vector<int>{1}, 1u, 2u}, std::tuple{std::vector<int>{2}, 1u, 2u},
                                          std::tuple{std::vector<int>{1, 1}, 2u, 2u},
                                          std::tuple{std::vector<int>{1}, 1u, 4u}}) {
     SCOPED_TRACE(absl::StrCat(replicas, " replicas of stages {", absl::StrJoin(stages, ", "), "}, ", micro,
                               " micro-batches"));
-    const TrainRun got = TrainTiny(client_.get(), corpus, stages, micro, kCompareSteps, replicas);
+    const TrainRun got = TrainTiny(local_.get(), corpus, stages, micro, kCompareSteps, replicas);
     ExpectSameTrajectory(one, got);
     ASSERT_EQ(got.other_replicas.size(), replicas - 1);
     for (const auto& other : got.other_replicas) {
@@ -412,7 +415,7 @@ TEST_F(TransformerTest, LossFallsOnTheCorpus) {
   options.layout.batch = 8;
   options.adam.lr = 1e-2f;
   options.eval_batches = 4;
-  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client_.get(), corpus, options));
+  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(local_.get(), corpus, options));
   ASSERT_OK_AND_ASSIGN(double before, trainer->Evaluate());
   // A uniform guess over the vocabulary costs ln(vocab).
   EXPECT_NEAR(before, std::log(static_cast<double>(corpus.vocab().size())), 0.1);

@@ -12,9 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/local_client.h"
+#include "client/remote_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/remote_backend.h"
 #include "models/text_data.h"
 #include "models/trainer.h"
 #include "runtime/reference.h"
@@ -73,7 +74,7 @@ TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
     auto rt = MakeRuntime(1);
     ASSERT_NE(rt, nullptr);
     ASSERT_OK_AND_ASSIGN(auto island, Island::Create(rt.get()));
-    ASSERT_OK_AND_ASSIGN(auto client, island->Connect("one"));
+    ASSERT_OK_AND_ASSIGN(auto client, client::LocalClient::Connect(island.get(), "one"));
     ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client.get(), corpus, TinyOptions({1}, 1)));
     ASSERT_OK_AND_ASSIGN(want_losses, trainer->Train(kSteps));
     ASSERT_OK_AND_ASSIGN(want_weights, trainer->Weights());
@@ -82,12 +83,14 @@ TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
 
   auto a = StartIsland("isl-a", 2), b = StartIsland("isl-b", 2);
   ASSERT_TRUE(a != nullptr && b != nullptr);
-  ASSERT_OK_AND_ASSIGN(auto controller, transport::Controller::Connect({a->address(), b->address()}));
-  ASSERT_OK_AND_ASSIGN(auto backend, RemoteBackend::Create(controller.get()));
-  EXPECT_EQ(backend->islands(), (std::vector<std::string>{"isl-a", "isl-b"}));
-  ASSERT_NE(backend->device(), nullptr);
-  EXPECT_EQ(backend->device()->type, VK_PHYSICAL_DEVICE_TYPE_CPU);
-  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(std::move(backend), corpus, TinyOptions({2}, 2)));
+  ASSERT_OK_AND_ASSIGN(auto client, client::RemoteClient::Connect({a->address(), b->address()}));
+  ASSERT_OK_AND_ASSIGN(std::vector<client::Device> devices, client->Devices());
+  ASSERT_EQ(devices.size(), 4u);
+  for (const client::Device& d : devices) {
+    EXPECT_EQ(d.island_name, d.island == 0 ? "isl-a" : "isl-b");
+    EXPECT_EQ(d.type, "cpu");  // the kind the step's kernels are planned for
+  }
+  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client.get(), corpus, TinyOptions({2}, 2)));
   ASSERT_OK_AND_ASSIGN(std::vector<double> losses, trainer->Train(kSteps));
   ASSERT_EQ(losses.size(), want_losses.size());
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -114,9 +117,10 @@ TEST(TwoIslandsTest, AnIslandKilledMidTrainingFailsTheStep) {
   ASSERT_TRUE(a != nullptr && b != nullptr);
   transport::ControllerOptions options;
   options.connection.peer_timeout = absl::Seconds(5);  // a kill shows at once; silence is not the test
-  ASSERT_OK_AND_ASSIGN(auto controller, transport::Controller::Connect({a->address(), b->address()}, options));
-  ASSERT_OK_AND_ASSIGN(auto backend, RemoteBackend::Create(controller.get(), absl::Seconds(60)));
-  ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(std::move(backend), corpus, TinyOptions({1}, 2)));
+  ASSERT_OK_AND_ASSIGN(auto client, client::RemoteClient::Connect({a->address(), b->address()}, options));
+  transport::Controller* controller = &client->controller();
+  ASSERT_OK_AND_ASSIGN(auto trainer,
+                       Trainer::Create(client.get(), corpus, TinyOptions({1}, 2), absl::Seconds(60)));
   ASSERT_OK(trainer->Train(2).status());
   b->Signal(SIGKILL);
   const absl::Time start = absl::Now();
