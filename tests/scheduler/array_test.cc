@@ -3,12 +3,18 @@
 #include "scheduler/array.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/accelerator.h"
+#include "runtime/future.h"
 #include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
@@ -365,6 +371,45 @@ TEST_F(ArrayTest, ShapesWhoseSizeOverflowsAreRefused) {
     EXPECT_THAT(array.status().message(), HasSubstr("array 'huge'"));
     EXPECT_THAT(array.status().message(), HasSubstr(ShapeString(shape)));
   }
+}
+
+// Tests that downloading an array once it is written does not wait for work
+// queued on its accelerators after it (a trainer reads step t's loss while
+// step t + 1 runs). lavapipe's device memory is host-visible, so the shards
+// are read in place. An upload held behind a host gate that the test keeps
+// shut stands for the later work: a download queued behind it would return
+// only once the gate opened.
+TEST_F(ArrayTest, DownloadOfAWrittenArrayDoesNotWaitForWorkQueuedAfterIt) {
+  ASSERT_OK_AND_ASSIGN(auto mesh, client_->AllocateMesh({2}));
+  ASSERT_OK_AND_ASSIGN(ArrayRef x, client_->CreateArray(mesh, {2, 64}, DType::kF32, Sharding::Split(0)));
+  const std::vector<uint8_t> host = Pattern(128, 4, 7);
+  ASSERT_OK(x->Upload(host.data(), host.size()));
+  Promise<> gate;
+  const Future<> opened = gate.future();
+  const std::vector<uint8_t> scratch(256, 1);
+  std::vector<Future<>> held;
+  for (int d = 0; d < mesh->size(); ++d) {
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> shard, x->shard(d));
+    ASSERT_TRUE(shard->host_coherent() && shard->mapped() != nullptr)
+        << "lavapipe's device memory is host-visible";
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<Buffer> other, mesh->device(d)->CreateBuffer(scratch.size()));
+    held.push_back(mesh->device(d)->Upload(other, scratch.data(), scratch.size(), 0, {opened}));
+  }
+  std::vector<uint8_t> got(host.size());
+  absl::Notification read;
+  absl::Status status;
+  std::thread reader([&] {
+    status = x->Download(got.data(), got.size());
+    read.Notify();
+  });
+  EXPECT_TRUE(read.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the download waited for the work queued after the array was written";
+  for (const Future<>& f : held) EXPECT_FALSE(f.IsReady());  // the gate was shut throughout
+  gate.Set(absl::OkStatus());
+  reader.join();
+  ASSERT_OK(status);
+  EXPECT_EQ(got, host);
+  for (Future<>& f : held) EXPECT_OK(f.Await());
 }
 
 }  // namespace
