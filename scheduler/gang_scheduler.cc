@@ -224,10 +224,12 @@ void GangScheduler::Drain(const RunState* until) {
     if (policy_ == SchedulingPolicy::kWeighted) {
       for (auto& [id, other] : clients_) contended |= id != run->client() && !other.runs.empty();
     }
+    ++unrecorded_;
     mu_.Unlock();
     absl::StatusOr<std::vector<Future<>>> futures = DispatchNext(*run, step, sequence, contended, std::move(on_device_time));
     bool done = !futures.ok() || step + 1 >= run->step_count();
     mu_.Lock();
+    --unrecorded_;
     if (record_ && futures.ok()) {
       const Mesh& mesh = run->executable()->GangCallMesh(step);
       GangCall call;
@@ -421,6 +423,11 @@ void GangScheduler::RecordOrder(bool on) {
 
 std::vector<GangCall> GangScheduler::TakeOrder() {
   absl::MutexLock lock(&mu_);
+  // A call is recorded once its submissions are made, and its run may end
+  // before that (a short kernel): wait for the dispatches under way, so that
+  // every call of a run seen to end is here.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return unrecorded_ == 0; };
+  mu_.Await(absl::Condition(&idle));
   std::vector<GangCall> out;
   out.swap(order_);
   return out;

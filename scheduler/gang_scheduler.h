@@ -81,6 +81,8 @@ class GangScheduler {
 
   // Recording of dispatched gang calls (off by default; for tests and tools).
   void RecordOrder(bool on);
+  // The calls recorded since the last take, once the dispatches under way
+  // are recorded too (a run seen to end has all its calls here).
   std::vector<GangCall> TakeOrder();
   // Gang calls dispatched so far per client still connected.
   absl::flat_hash_map<ClientId, uint64_t> DispatchedCalls() const;
@@ -183,6 +185,8 @@ class GangScheduler {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool record_ ABSL_GUARDED_BY(mu_) = false;
+  // Gang calls between taking their step and recording it (Drain).
+  int unrecorded_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<GangCall> order_ ABSL_GUARDED_BY(mu_);
   const std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
   std::function<void(ClientId, size_t)> await_hook_;
