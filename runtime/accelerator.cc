@@ -353,35 +353,37 @@ absl::Status Accelerator::CalibrateClock() {
     tracer.NameAccelerator(index_, name(), clock_source());
     return absl::UnimplementedError(absl::StrCat(name(), " writes no timestamps"));
   }
-  ASSIGN_OR_RETURN(int64_t offset, MeasureClockOffset());
-  clock_offset_ns_ = offset;
+  ASSIGN_OR_RETURN(ClockMeasurement measured, MeasureClockOffset());
+  clock_offset_ns_ = measured.offset_ns;
   clock_source_ = 2;
   tracer.NameAccelerator(index_, name(), clock_source());
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> Accelerator::MeasureClockOffset() {
+absl::StatusOr<Accelerator::ClockMeasurement> Accelerator::MeasureClockOffset() {
   if (!has_timestamps()) return absl::UnimplementedError(absl::StrCat(name(), " writes no timestamps"));
   // The device's clock at the start of a one-command list lies between the
   // host's readings before the submit and after the wait.
   ASSIGN_OR_RETURN(auto buffer, CreateBuffer(256));
   ASSIGN_OR_RETURN(auto list, CreateCommandList("clock"));
   RETURN_IF_ERROR(list->Fill(BufferArg(buffer, 0, 256), 0));
-  int64_t best_bracket = INT64_MAX, offset = 0;
-  for (int i = 0; i < 3; ++i) {
+  ClockMeasurement best{0, INT64_MAX};
+  // A loaded host stretches some brackets; more tries find a tight one.
+  for (int i = 0; i < 5; ++i) {
     int64_t device_start = -1;
     SubmitOptions options;
     options.on_device_start = [&device_start](int64_t ns) { device_start = ns; };
     int64_t before = Tracer::NowNs();
     RETURN_IF_ERROR(Submit(list, {}, std::move(options)).Await());
     int64_t after = Tracer::NowNs();
-    if (device_start >= 0 && after - before < best_bracket) {
-      best_bracket = after - before;
-      offset = before + (after - before) / 2 - device_start;
+    if (device_start >= 0 && after - before < best.bracket_ns) {
+      best.bracket_ns = after - before;
+      best.offset_ns = before + (after - before) / 2 - device_start;
     }
   }
-  if (best_bracket == INT64_MAX) return absl::InternalError(absl::StrCat(name(), ": no timestamp came back"));
-  return offset;
+  if (best.bracket_ns == INT64_MAX)
+    return absl::InternalError(absl::StrCat(name(), ": no timestamp came back"));
+  return best;
 }
 
 std::string Accelerator::clock_source() const {

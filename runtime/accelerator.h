@@ -161,15 +161,21 @@ class Accelerator final : public TimelineDriver {
   // Places this accelerator's timestamps on the host's CLOCK_MONOTONIC:
   // through VK_EXT_calibrated_timestamps where the device has it, otherwise
   // by a timestamp written by a submission bracketed by host clock reads
-  // (the tightest of three). Done at creation; again on demand (drift).
+  // (the tightest of a few). Done at creation; again on demand (drift).
   absl::Status CalibrateClock();
   // Host ns minus device ns; and how it was found: "calibrated", "measured"
   // or "none" (no timestamps).
   int64_t clock_offset_ns() const { return clock_offset_ns_.load(std::memory_order_relaxed); }
   std::string clock_source() const;
-  // The offset by the measured method alone (host ns minus device ns; its
-  // error is at most half a submit-and-wait).
-  absl::StatusOr<int64_t> MeasureClockOffset();
+  // The offset by the measured method alone: host ns minus device ns, taken at
+  // the middle of the tightest bracket (host reads before the submit and after
+  // the wait) of a few tries. Its error is at most half that bracket, which
+  // grows with the host's load.
+  struct ClockMeasurement {
+    int64_t offset_ns = 0;
+    int64_t bracket_ns = 0;
+  };
+  absl::StatusOr<ClockMeasurement> MeasureClockOffset();
   uint32_t ring_capacity() const { return capacity_; }
 
   // --- memory ---

@@ -245,15 +245,22 @@ TEST(TraceTest, JsonQuoteEscapes) {
 }
 
 // The measured clock offset (the fallback for drivers without calibrated
-// timestamps) agrees with the calibrated one within its bracket.
+// timestamps) agrees with the calibrated one within half its bracket: the
+// device's start lies between the host's two reads. The bracket is what the
+// host's load made it, so the bound is its own, not a fixed time.
 TEST(TraceTest, MeasuredClockOffsetAgreesWithCalibrated) {
   auto rt = MakeRuntime(1);
   ASSERT_NE(rt, nullptr);
   Accelerator* acc = rt->accelerator(0);
   ASSERT_EQ(acc->clock_source(), "calibrated");
-  ASSERT_OK_AND_ASSIGN(int64_t measured, acc->MeasureClockOffset());
+  ASSERT_OK_AND_ASSIGN(Accelerator::ClockMeasurement measured, acc->MeasureClockOffset());
   ASSERT_OK(acc->CalibrateClock());
-  EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(acc->clock_offset_ns()), 2e6);
+  EXPECT_GT(measured.bracket_ns, 0);
+  // Plus 100 us for the calibrated reading's own deviation and the
+  // timestamp's placement within the command list.
+  EXPECT_NEAR(static_cast<double>(measured.offset_ns), static_cast<double>(acc->clock_offset_ns()),
+              static_cast<double>(measured.bracket_ns) / 2 + 1e5)
+      << "bracket " << measured.bracket_ns << " ns";
 }
 
 }  // namespace
