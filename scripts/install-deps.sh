@@ -22,6 +22,8 @@ PACKAGES=(
   nlohmann-json3-dev gnuplot-nox
   # OpenBLAS: the host sgemm baseline of the matmul benchmark
   libopenblas-dev
+  # the sanitizer suites' runner (scripts/run-tests.py)
+  python3
 )
 
 missing=()

@@ -13,7 +13,8 @@
 #                                  the tests that move memory (label
 #                                  moves-memory) with every accelerator on
 #                                  one VkDevice, in the plain build
-# Further arguments go to ctest.
+# Further arguments go to ctest (to scripts/run-tests.py, which passes them to
+# ctest's selection, in the sanitizer suites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -38,9 +39,12 @@ if [ "${1:-}" = "--asan" ]; then
   # every test's Vulkan calls under it, and it costs a sanitized process about
   # half a second to start. The one-device pass, which only runs here, keeps
   # it.
-  CAUSEWAY_TEST_NO_VALIDATION=1 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -E '^install\.' \
-    -LE moves-memory "$@"
-  CAUSEWAY_SHARING=one-device ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 -L moves-memory "$@"
+  #
+  # The sanitizer passes run several cases to a process (scripts/run-tests.py):
+  # a sanitized process costs about a second to start, which one process per
+  # case spent over and over. The plain suite keeps ctest's one per case.
+  CAUSEWAY_TEST_NO_VALIDATION=1 python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -E '^install\.' -LE moves-memory "$@"
+  CAUSEWAY_SHARING=one-device python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -L moves-memory "$@"
 elif [ "${1:-}" = "--tsan" ]; then
   shift
   export BUILD_DIR=${BUILD_DIR:-build-tsan}
@@ -66,8 +70,8 @@ elif [ "${1:-}" = "--tsan" ]; then
   BULK+='|^CrossIslandTest\.PipelineMatchesReferenceForEveryLayout$'
   BULK+='|^TwoIslandsTest\.DataParallelAcrossIslandsFollowsOneAccelerator$'
   # The validation layer is off, as in the ASan suite's first pass.
-  CAUSEWAY_TEST_NO_VALIDATION=1 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 \
-    -E "^install\\.|WeightedShares|$BULK" "$@"
+  # Several cases to a process, as in the ASan suite.
+  CAUSEWAY_TEST_NO_VALIDATION=1 python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -E "^install\\.|WeightedShares|$BULK" "$@"
 elif [ "${1:-}" = "--one-device" ]; then
   shift
   bash scripts/build.sh
