@@ -43,8 +43,7 @@ absl::Span<const uint8_t> AsBytes(const std::string& bytes) {
 // The Response that carries `status` back to the caller.
 Response ErrorResponse(const absl::Status& status) {
   Response response;
-  response.mutable_error()->set_code(static_cast<int32_t>(status.code()));
-  response.mutable_error()->set_message(std::string(status.message()));
+  StatusToPeer(status, response.mutable_error());
   return response;
 }
 

@@ -101,6 +101,14 @@ using RequestHandler = std::function<absl::StatusOr<Response>(const Request&)>;
 // know, else that code with `message`.
 absl::Status StatusFromPeer(int32_t code, std::string message);
 
+// Writes `status` into a message's `code` and `message` fields (a Status, a
+// RunDone, a FetchDone, a ChannelFailed): the other half of StatusFromPeer.
+template <typename Fields>
+void StatusToPeer(const absl::Status& status, Fields* fields) {
+  fields->set_code(static_cast<int32_t>(status.code()));
+  fields->set_message(std::string(status.message()));
+}
+
 // Thread-safe: Call, Notify, SendData, Close and status() may be used from
 // any thread at once. Destruction closes the connection if it is still healthy (with the
 // reason "connection destroyed"), waits for a handler that is running, joins

@@ -553,8 +553,7 @@ std::vector<std::pair<int, std::string>> Controller::FailReceivesLocked(PendingR
       ChannelFailed* f = in.mutable_channel_failed();
       f->set_channel(channel);
       f->set_tag(tag);
-      f->set_code(static_cast<int32_t>(why.code()));
-      f->set_message(std::string(why.message()));
+      StatusToPeer(why, f);
       notes.emplace_back(part.island, in.SerializeAsString());
     }
   }

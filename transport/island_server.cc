@@ -178,8 +178,7 @@ class Sender : public Channel, public std::enable_shared_from_this<Sender> {
           IslandRequest failed;
           failed.mutable_channel_failed()->set_channel(id);
           failed.mutable_channel_failed()->set_tag(tag);
-          failed.mutable_channel_failed()->set_code(static_cast<int32_t>(status.code()));
-          failed.mutable_channel_failed()->set_message(std::string(status.message()));
+          StatusToPeer(status, failed.mutable_channel_failed());
           (void)c.Notify(IslandCall(failed), absl::Now() + kSendDeadline);
           promise->Set(status);
           return;
@@ -728,8 +727,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     RunDone* done = note.mutable_run_done();
     done->set_program(program_id);
     done->set_tag(tag);
-    done->set_code(static_cast<int32_t>(s.code()));
-    done->set_message(std::string(s.message()));
+    StatusToPeer(s, done);
     Notify(note);
   }
 
@@ -817,8 +815,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
       }
       IslandRequest note;
       note.mutable_fetch_done()->set_fetch(fetch);
-      note.mutable_fetch_done()->set_code(static_cast<int32_t>(s.code()));
-      note.mutable_fetch_done()->set_message(std::string(s.message()));
+      StatusToPeer(s, note.mutable_fetch_done());
       Notify(note);
     });
   }
