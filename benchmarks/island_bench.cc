@@ -4,9 +4,10 @@
 // with as many accelerators.
 //
 //   transfer:  a program whose part on island a sends an f32 array of S bytes
-//              (one accelerator, replicated) to island b, which receives it
-//              into device memory (a copy from staging) and copies it once
-//              more (a reshard, the cheapest node that reads it). Each run
+//              (one accelerator, replicated) to island b: one reshard node
+//              from a mesh on a to a mesh on b, received straight into the
+//              output's device memory where the host can write it (the CPU
+//              driver, unified memory), else through staging. Each run
 //              sends the next of as many distinct inputs as the TCP baseline
 //              has source buffers (64 MiB in all, at least two). Runs are
 //              queued back to back, kTransferInFlight + 1 unfinished at

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "runtime/future.h"
 #include "runtime/memory.h"
 
@@ -50,6 +51,13 @@ class Channel {
   // come (the sender failed or was lost, or a deadline passed). Must not
   // block.
   virtual Future<> Receive(uint64_t tag, uint64_t total, std::vector<Target> targets) = 0;
+
+  // Receiver: run `tag` will not use the value it asked for (it failed
+  // first). Its receive fails with `why` once no writer holds its targets
+  // any more, and bytes of the run that come later are dropped without an
+  // error to the sender. Nothing if the value has already come. A sending
+  // channel has nothing to abandon.
+  virtual void Abandon(uint64_t tag, const absl::Status& why) = 0;
 
   // For messages: "channel 3 from island 'b'".
   virtual std::string Describe() const = 0;

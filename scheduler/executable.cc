@@ -533,34 +533,40 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
     absl::MutexLock lock(&mu_);
     inst->last_run = run->completion_;
   }
+  ExpectArrivals(*run);
   return run;
 }
 
-Future<> Executable::Arrival(RunState& run, size_t g) {
+void Executable::ExpectArrivals(RunState& run) const {
   const auto& steps = program_->steps();
-  const ProgramStep& head = steps[groups_[g].first];
-  if (head.kind != ProgramStep::kReceive) return Future<>();
-  if (run.arrivals_.size() != groups_.size()) run.arrivals_.resize(groups_.size());
-  Future<>& arrived = run.arrivals_[g];
-  if (arrived.valid()) return arrived;
-  if (run.instance_ == nullptr) {
-    arrived = Future<>::Ready(absl::FailedPreconditionError("the run has ended"));
-    return arrived;
-  }
-  const Mesh& mesh = GangCallMesh(g);
-  const Array& value = *run.values_[head.outputs[0]];
-  std::vector<Channel::Target> targets;
-  for (int d = 0; d < mesh.size(); ++d) {
-    absl::StatusOr<std::shared_ptr<Buffer>> shard = value.shard(d);
-    if (!shard.ok()) {
-      arrived = Future<>::Ready(shard.status());
-      return arrived;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ProgramStep& head = steps[groups_[g].first];
+    if (head.kind != ProgramStep::kReceive) continue;
+    if (run.arrivals_.empty()) run.arrivals_.resize(groups_.size());
+    const Mesh& mesh = GangCallMesh(g);
+    const Array& value = *run.values_[head.outputs[0]];
+    std::vector<Channel::Target> targets;
+    absl::Status status;
+    for (int d = 0; d < mesh.size() && status.ok(); ++d) {
+      absl::StatusOr<std::shared_ptr<Buffer>> shard = value.shard(d);
+      if (!shard.ok()) {
+        status = shard.status();
+        break;
+      }
+      targets.push_back(
+          {static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
+           (*shard)->host_coherent() ? *shard : run.instance_->scratch[groups_[g].first][d][0]});
     }
-    targets.push_back({static_cast<uint64_t>(value.ShardIndex(d)) * value.shard_bytes(),
-                       (*shard)->host_coherent() ? *shard : run.instance_->scratch[groups_[g].first][d][0]});
+    run.arrivals_[g] =
+        status.ok()
+            ? head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets))
+            : Future<>::Ready(status);
   }
-  arrived = head.channel->Receive(run.tag_, value.shard_bytes() * value.shard_count(), std::move(targets));
-  return arrived;
+}
+
+Future<> Executable::Arrival(const RunState& run, size_t g) const {
+  if (g >= run.arrivals_.size()) return Future<>();
+  return run.arrivals_[g];
 }
 
 absl::StatusOr<std::vector<Future<>>> Executable::DispatchStep(RunState& run, size_t g,
@@ -706,6 +712,13 @@ void Executable::FinishDispatch(RunState& run, absl::Status status, size_t first
       }
       std::vector<Future<>> failed(step.mesh->size(), Future<>::Ready(status));
       for (int v : step.outputs) run.values_[v]->EndWrite(failed);
+    }
+    // Values asked for and never to be used: bytes still to come are
+    // dropped, and the run's buffers are free once no writer holds them.
+    for (size_t g = first_undone; g < run.arrivals_.size(); ++g) {
+      if (!run.arrivals_[g].valid()) continue;
+      program_->steps()[groups_[g].first].channel->Abandon(run.tag_, status);
+      run.completion_->AddFutures({run.arrivals_[g]}, static_cast<int>(g));
     }
   }
   // The run no longer needs the instance (in-flight work holds its command

@@ -151,8 +151,8 @@ class RunState {
   // scheduler places it once it has (Executable::Arrival says why). Guarded
   // by the scheduler's lock.
   bool waiting_ = false;
-  // Per gang call headed by a receive, once asked for: the value's arrival.
-  // Touched only by the dispatching thread.
+  // Per gang call headed by a receive: the value's arrival, asked for when
+  // the run is prepared; read by the dispatching thread.
   std::vector<Future<>> arrivals_;
   // Per program step, its submissions' futures (one per device of its mesh),
   // set as it is dispatched; read by later collective phases. Touched only by
@@ -188,16 +188,21 @@ class Executable : public std::enable_shared_from_this<Executable> {
   absl::StatusOr<std::shared_ptr<RunState>> Prepare(const std::vector<ArrayRef>& inputs,
                                                     std::vector<ArrayRef>* outputs, uint64_t tag = 0,
                                                     absl::Duration deadline = absl::InfiniteDuration());
-  // For gang call `g` of `run` headed by a receive: asks the channel for the
-  // run's value (once; later calls return the same future), which resolves
-  // when the value is in place. An invalid future for any other gang call.
-  // The scheduler places such a call in the gang order only once its value
-  // has arrived, so that no device ever waits in its queue for another
-  // island: runs of several controllers reach islands in different orders,
-  // and a device holding a receive of one run would hold up, behind it, the
-  // sends that the other island needs before it sends that value. Called
-  // by the dispatching thread, like DispatchStep.
-  Future<> Arrival(RunState& run, size_t g);
+  // For gang call `g` of `run` headed by a receive: the run's value, which
+  // resolves when the value is in place. An invalid future for any other
+  // gang call. The scheduler places such a call in the gang order only once
+  // its value has arrived, so that no device ever waits in its queue for
+  // another island: runs of several controllers reach islands in different
+  // orders, and a device holding a receive of one run would hold up, behind
+  // it, the sends that the other island needs before it sends that value.
+  //
+  // Prepare asks the channel for every value of the run at once: the bytes
+  // then go straight into the run's buffers whenever they come, rather than
+  // into a copy kept until the run reaches the front of its client's queue
+  // (a whole value in host memory, written and then copied again). A run
+  // that fails before its receive abandons it (FinishDispatch), and its
+  // buffers are reused only once no writer holds them.
+  Future<> Arrival(const RunState& run, size_t g) const;
   // Submits gang call `s` of `run` on every device of its mesh; returns its
   // futures. Called by the scheduler, one at a time, in the gang order.
   // `on_device_time`, if set, gets each device's measured time (ns) as its
@@ -219,6 +224,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
  private:
   using Instance = ExecutableInstance;
   absl::StatusOr<std::shared_ptr<Instance>> MakeInstance();
+  // Asks the channels for every value `run` receives (Arrival), into the
+  // run's own buffers. Before the run is queued.
+  void ExpectArrivals(RunState& run) const;
   // The buffers of call step `s` on device `d` for `values`.
   absl::StatusOr<std::vector<BufferArg>> StepBuffers(const std::vector<ArrayRef>& values, const Instance& inst,
                                                      size_t s, int d) const;

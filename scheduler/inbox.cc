@@ -30,7 +30,7 @@ void Inbox::Settle(uint64_t tag, Run& run,
   if (!run.failed.ok()) {
     if (run.expected) {
       done->emplace_back(run.done, run.failed);
-      Forget(tag, run.failed);
+      Forget(tag, run.abandoned ? absl::OkStatus() : run.failed);
     }
     // Not yet expected: kept, so that Expect fails at once.
     return;
@@ -130,13 +130,17 @@ absl::StatusOr<Inbox::Slot> Inbox::BeginRange(
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
                                                    " bytes; its receive takes at most ", max_total_));
   }
-  if (auto late = settled_.find(tag); late != settled_.end()) return late->second;
+  if (auto late = settled_.find(tag); late != settled_.end()) {
+    if (late->second.ok()) return Slot{};  // abandoned: dropped
+    return late->second;
+  }
   auto& slot = runs_[tag];
   if (slot == nullptr) {
     slot = std::make_unique<Run>();
     slot->total = total;
   }
   Run& run = *slot;
+  if (run.abandoned) return Slot{};
   if (!run.failed.ok()) return run.failed;
   if (run.total != total) {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": run ", tag, " sent a value of ", total,
@@ -225,6 +229,7 @@ void Inbox::End(const Slot& slot, absl::Status status) {
 absl::Status Inbox::Deliver(uint64_t tag, uint64_t offset, uint64_t total, const void* data, uint64_t length) {
   absl::StatusOr<Slot> slot = Begin(tag, offset, length, total);
   if (!slot.ok()) return slot.status();
+  if (slot->data == nullptr) return absl::OkStatus();  // abandoned by the receiver
   std::memcpy(slot->data, data, length);
   End(*slot);
   return absl::OkStatus();
@@ -240,6 +245,27 @@ void Inbox::Fail(uint64_t tag, const absl::Status& status) {
     if (slot->failed.ok()) slot->failed = status;
     if (slot->open.empty()) DropEarly(*slot);
     Settle(tag, *slot, &done);
+  }
+  for (auto& [promise, s] : done) promise->Set(s);
+}
+
+void Inbox::Abandon(uint64_t tag, const absl::Status& why) {
+  std::vector<std::pair<std::shared_ptr<Promise<>>, absl::Status>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (settled_.contains(tag)) return;  // over already
+    auto it = runs_.find(tag);
+    if (it == runs_.end()) {
+      Forget(tag, absl::OkStatus());
+      return;
+    }
+    Run& run = *it->second;
+    if (!run.failed.ok()) return;
+    run.failed =
+        why.ok() ? absl::CancelledError(absl::StrCat(name_, ": run ", tag, " abandoned its value")) : why;
+    run.abandoned = true;
+    if (run.open.empty()) DropEarly(run);
+    Settle(tag, run, &done);
   }
   for (auto& [promise, s] : done) promise->Set(s);
 }

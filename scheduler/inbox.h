@@ -60,6 +60,8 @@ class Inbox {
   // twice, they would complete the value with bytes never sent; a value in
   // more than ByteRanges::kMaxPieces separate pieces fails it with
   // ResourceExhausted.
+  // `data` null: nobody wants the bytes any more (the run abandoned its
+  // receive); the writer drops them and calls no End.
   struct Slot {
     uint8_t* data = nullptr;
     uint64_t id = 0;  // for End
@@ -82,6 +84,11 @@ class Inbox {
   // Run `tag` will not get its bytes: its receive fails with `status` (now,
   // or when it is dispatched).
   void Fail(uint64_t tag, const absl::Status& status);
+  // Run `tag` no longer wants its bytes (Channel::Abandon): its receive
+  // fails with `why` once no writer holds its memory, and its bytes that come
+  // from now on are dropped (Begin gives a null slot). Nothing once the run
+  // has had its value or failed.
+  void Abandon(uint64_t tag, const absl::Status& why);
   // Every run, waiting or to come, fails with `status` (the sender is lost).
   void Close(const absl::Status& status);
 
@@ -107,6 +114,7 @@ class Inbox {
     std::shared_ptr<Promise<>> done;
     Future<> future;
     absl::Status failed;
+    bool abandoned = false;                     // failed by Abandon: later bytes are dropped quietly
     absl::flat_hash_map<uint64_t, Range> open;  // by slot id
   };
   // Begin after the checks that need no lock; a receive that the range
@@ -138,7 +146,8 @@ class Inbox {
   uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t max_total_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, absl::Status> settled_ ABSL_GUARDED_BY(mu_);  // by tag: what late bytes get
+  // By tag: what late bytes get (ok: they are dropped, the run abandoned them).
+  absl::flat_hash_map<uint64_t, absl::Status> settled_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> settled_order_ ABSL_GUARDED_BY(mu_);                   // oldest first
 };
 

@@ -26,6 +26,7 @@ class LocalChannel : public Channel, public std::enable_shared_from_this<LocalCh
   Future<> Receive(uint64_t tag, uint64_t total, std::vector<Target> targets) override {
     return inbox_.Expect(tag, total, std::move(targets));
   }
+  void Abandon(uint64_t tag, const absl::Status& why) override { inbox_.Abandon(tag, why); }
   std::string Describe() const override { return inbox_.name(); }
 
   // Fails every run still to be received (as a lost sender would).

@@ -30,6 +30,7 @@ class VirtualChannel final : public Channel {
  public:
   Future<> Send(uint64_t, uint64_t, uint64_t, std::shared_ptr<Buffer>, Future<>) override { return Refuse(); }
   Future<> Receive(uint64_t, uint64_t, std::vector<Target>) override { return Refuse(); }
+  void Abandon(uint64_t, const absl::Status&) override {}  // received nothing
   std::string Describe() const override { return "a virtual channel"; }
 
  private:

@@ -111,6 +111,7 @@ class IslandServer::Receiver : public Channel {
   Future<> Receive(uint64_t tag, uint64_t total, std::vector<Target> targets) override {
     return inbox_.Expect(tag, total, std::move(targets));
   }
+  void Abandon(uint64_t tag, const absl::Status& why) override { inbox_.Abandon(tag, why); }
   std::string Describe() const override { return inbox_.name(); }
   uint64_t id() const { return id_; }
   const std::string& peer() const { return peer_; }
@@ -196,6 +197,7 @@ class Sender : public Channel, public std::enable_shared_from_this<Sender> {
   Future<> Receive(uint64_t, uint64_t, std::vector<Target>) override {
     return Future<>::Ready(absl::InternalError(absl::StrCat(Describe(), " only sends")));
   }
+  void Abandon(uint64_t, const absl::Status&) override {}  // receives nothing
   std::string Describe() const override { return absl::StrCat("channel ", id_, " to island '", peer_, "'"); }
 
  private:
@@ -417,6 +419,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
         }
         return slot.status();
       }
+      if (slot->data == nullptr) return nullptr;  // the run abandoned its value: dropped
       current_receiver_ = r;
       current_slot_ = *slot;
       return slot->data;

@@ -286,6 +286,51 @@ TEST(InboxTest, EarlyValuesAreChargedToTheSendersHostBudget) {
   EXPECT_EQ(budget->in_use(), 0u);
 }
 
+// Tests that a run abandoning its value (it failed before its receive) has
+// its receive fail with its own status only once the writer holding part of
+// its target has ended, and that its later bytes are dropped without an
+// error to the sender: they go nowhere, and nothing is written any more.
+TEST(InboxTest, AbandonedValueWaitsForItsWriterAndDropsLaterBytes) {
+  auto rt = MakeRuntime(1);
+  Accelerator* acc = rt->accelerator(0);
+  const std::vector<uint8_t> value = Pattern(600, 9);
+  Inbox inbox("test inbox");
+  auto targets = Targets(acc, {{0, 600}});
+  std::memset(targets[0].staging->mapped(), 0xEE, 600);
+  Future<> received = inbox.Expect(1, value.size(), targets);
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot writing, inbox.Begin(1, 0, 200, value.size()));
+  ASSERT_NE(writing.data, nullptr);
+  inbox.Abandon(1, absl::DeadlineExceededError("run 1 passed its deadline"));
+  // The writer still holds part of the target: not resolved yet.
+  EXPECT_FALSE(received.IsReady());
+  std::memcpy(writing.data, value.data(), 200);
+  inbox.End(writing);
+  EXPECT_ERROR(received.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kDeadlineExceeded,
+               "run 1 passed its deadline");
+  // Later bytes: a null slot (dropped), and Deliver succeeds writing nothing.
+  ASSERT_OK_AND_ASSIGN(Inbox::Slot late, inbox.Begin(1, 200, 200, value.size()));
+  EXPECT_EQ(late.data, nullptr);
+  ASSERT_OK(inbox.Deliver(1, 400, value.size(), value.data() + 400, 200));
+  std::vector<uint8_t> want(600, 0xEE);
+  std::memcpy(want.data(), value.data(), 200);
+  EXPECT_EQ(Bytes(targets[0]), want);
+  EXPECT_EQ(inbox.pending(), 0u);
+  // A value that has come is not abandoned after the fact.
+  auto whole = Targets(acc, {{0, 600}});
+  Future<> done = inbox.Expect(2, value.size(), whole);
+  ASSERT_OK(inbox.Deliver(2, 0, value.size(), value.data(), value.size()));
+  inbox.Abandon(2, absl::CancelledError("too late"));
+  ASSERT_OK(done.AwaitStatus(absl::Now() + kRunTimeout));
+  EXPECT_EQ(Bytes(whole[0]), value);
+  // Another run's failure stays what its late bytes get.
+  Future<> failed = inbox.Expect(3, value.size(), Targets(acc, {{0, 600}}));
+  inbox.Fail(3, absl::AbortedError("the sender gave up"));
+  EXPECT_ERROR(inbox.Begin(3, 0, 100, value.size()).status(), absl::StatusCode::kAborted,
+               "the sender gave up");
+  EXPECT_ERROR(failed.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kAborted,
+               "the sender gave up");
+}
+
 // Tests that a range written after its receive, but straddling two targets
 // (so held in a copy of the inbox's own until its End), is charged to the
 // sender's budget while it is written: past the budget its run fails with
@@ -488,44 +533,96 @@ TEST(CrossIslandTest, ExchangeBothWaysDoesNotDeadlock) {
   }
 }
 
+// Island b of two, with a program on one device that receives y and outputs
+// 2y, and its runs 1 and 2 queued (the first waits for its value).
+struct TwoQueuedReceives {
+  TwoIslands t{1, 1};
+  std::shared_ptr<LocalChannel> channel = LocalChannel::Create("channel 1 from island 'a'");
+  std::shared_ptr<Mesh> mesh;
+  std::vector<Execution> runs;
+  explicit TwoQueuedReceives(int64_t n) {
+    mesh = ValueOrThrow(t.cb->AllocateMesh({1}));
+    auto add = ValueOrThrow(Function::Elementwise("add", {n}));
+    ProgramBuilder pb("stage-b");
+    pb.Receive("recv", mesh, "y", {n}, DType::kF32, Sharding::Replicated(), channel);
+    pb.Call("add", add, mesh, {"y", "y"}, {"out"});
+    pb.Output("out");
+    auto exe = ValueOrThrow(t.cb->Load(ValueOrThrow(pb.Build())));
+    for (uint64_t tag : {1, 2}) runs.push_back(ValueOrThrow(t.cb->Execute(exe, {}, {.tag = tag})));
+  }
+};
+
 // Tests that a lost sender fails the receiving runs with its status instead
 // of hanging their devices, and that the receiving island keeps working.
 TEST(CrossIslandTest, LostSenderFailsReceiversAndTheIslandGoesOn) {
   const int64_t n = 1024;
-  TwoIslands t(1, 1);
-  auto mesh_b = ValueOrThrow(t.cb->AllocateMesh({1}));
-  auto channel = LocalChannel::Create("channel 1 from island 'a'");
-  auto add = ValueOrThrow(Function::Elementwise("add", {n}));
-  ProgramBuilder pb("stage-b");
-  pb.Receive("recv", mesh_b, "y", {n}, DType::kF32, Sharding::Replicated(), channel);
-  pb.Call("add", add, mesh_b, {"y", "y"}, {"out"});
-  pb.Output("out");
-  auto exe = ValueOrThrow(t.cb->Load(*pb.Build()));
-  std::vector<Execution> runs;
-  for (int r = 0; r < 2; ++r) runs.push_back(*t.cb->Execute(exe, {}));
-  // The first run has asked the channel for its value and waits for it (the
-  // second asks once the first has its value: runs join the gang order in turn).
-  const absl::Time expected_by = absl::Now() + kRunTimeout;
-  while (channel->inbox().pending() == 0 && absl::Now() < expected_by) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_GE(channel->inbox().pending(), 1u);
-  EXPECT_FALSE(runs[0].state->Await(absl::Now()).ok());  // still waiting
-  channel->Close(absl::UnavailableError("island 'a' (127.0.0.1:7001) was silent for 5s"));
-  for (auto& run : runs) {
+  TwoQueuedReceives q(n);
+  // Both runs asked the channel for their values as they were queued.
+  EXPECT_EQ(q.channel->inbox().pending(), 2u);
+  EXPECT_FALSE(q.runs[0].state->Await(absl::Now()).ok());  // still waiting
+  q.channel->Close(absl::UnavailableError("island 'a' (127.0.0.1:7001) was silent for 5s"));
+  for (auto& run : q.runs) {
     EXPECT_ERROR(run.Await(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "island 'a'");
   }
   // The island still runs other programs on the same device.
   auto scale = ValueOrThrow(Function::Scale({n}, 2.0f));
   ProgramBuilder other("other");
-  other.Parameter("x", mesh_b, {n}, DType::kF32);
-  other.Call("scale", scale, mesh_b, {"x"}, {"y"});
+  other.Parameter("x", q.mesh, {n}, DType::kF32);
+  other.Call("scale", scale, q.mesh, {"x"}, {"y"});
   other.Output("y");
-  auto exe2 = ValueOrThrow(t.cb->Load(*other.Build()));
+  auto exe2 = ValueOrThrow(q.t.cb->Load(*other.Build()));
   std::vector<float> x = RandomFloats(n, 1);
-  ArrayRef xa = UploadArray(*t.cb, mesh_b, {n}, Sharding::Replicated(), x);
-  ASSERT_OK_AND_ASSIGN(Execution run, t.cb->Execute(exe2, {xa}));
+  ArrayRef xa = UploadArray(*q.t.cb, q.mesh, {n}, Sharding::Replicated(), x);
+  ASSERT_OK_AND_ASSIGN(Execution run, q.t.cb->Execute(exe2, {xa}));
   ASSERT_OK(run.Await(absl::Now() + kRunTimeout));
   std::vector<float> got = DownloadArray(run.outputs[0]);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 2.0f * x[i]);
+}
+
+// Tests that a run's value goes straight into its own buffers even while the
+// run is queued behind another that waits for its value: the bytes of the
+// second run, sent first, need no copy in the inbox's host memory (here a
+// budget of nothing, which such a copy would exceed), and both runs compute
+// from the right bytes.
+TEST(CrossIslandTest, QueuedRunsReceiveStraightIntoTheirBuffers) {
+  const int64_t n = 1024;
+  const uint64_t bytes = n * sizeof(float);
+  TwoQueuedReceives q(n);
+  auto none = std::make_shared<HostBudget>("peer 'a'", 0);
+  std::vector<std::vector<float>> ys = {RandomFloats(n, 1), RandomFloats(n, 2)};
+  for (uint64_t tag : {2, 1}) {
+    ASSERT_OK_AND_ASSIGN(Inbox::Slot slot, q.channel->inbox().Begin(tag, 0, bytes, bytes, none));
+    ASSERT_NE(slot.data, nullptr);
+    std::memcpy(slot.data, ys[tag - 1].data(), bytes);
+    q.channel->inbox().End(slot);
+  }
+  EXPECT_EQ(none->in_use(), 0u);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK(q.runs[r].Await(absl::Now() + kRunTimeout));
+    std::vector<float> got = DownloadArray(q.runs[r].outputs[0]);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 2.0f * ys[r][i]) << "run " << r << " element " << i;
+  }
+  EXPECT_EQ(q.channel->inbox().pending(), 0u);
+}
+
+// Tests that runs dropped before their receive (their client closed) abandon
+// the values they asked for: nothing waits in the inbox, and bytes sent
+// after for them are dropped without failing the sender.
+TEST(CrossIslandTest, RunsDroppedBeforeTheirReceiveAbandonTheirValues) {
+  const int64_t n = 1024;
+  const uint64_t bytes = n * sizeof(float);
+  TwoQueuedReceives q(n);
+  EXPECT_EQ(q.channel->inbox().pending(), 2u);
+  q.t.cb->Close();
+  for (auto& run : q.runs) EXPECT_FALSE(run.Await(absl::Now() + kRunTimeout).ok());
+  EXPECT_EQ(q.channel->inbox().pending(), 0u);
+  const std::vector<float> y = RandomFloats(n, 3);
+  for (uint64_t tag : {1, 2}) {
+    ASSERT_OK_AND_ASSIGN(Inbox::Slot slot, q.channel->inbox().Begin(tag, 0, bytes, bytes));
+    EXPECT_EQ(slot.data, nullptr) << "run " << tag;
+    ASSERT_OK(q.channel->inbox().Deliver(tag, 0, bytes, y.data(), bytes));
+  }
+  EXPECT_EQ(q.channel->inbox().pending(), 0u);
 }
 
 // Tests that a value crossing islands must have contiguous shards, and that
