@@ -237,6 +237,8 @@ void GangScheduler::Drain(const RunState* until) {
       call.client = run->client();
       call.node = run->executable()->GangCallName(step);
       for (int d = 0; d < mesh.size(); ++d) {
+        // A device with nothing to run for the call had no submission (DispatchStep).
+        if ((*futures)[d].timeline_driver() == nullptr) continue;
         call.submissions.emplace_back(mesh.device(d)->index(), (*futures)[d].timeline_value());
       }
       order_.push_back(std::move(call));
@@ -291,7 +293,8 @@ absl::StatusOr<std::vector<Future<>>> GangScheduler::DispatchNext(RunState& run,
     // shows (and can prove) the order every device ran the calls in.
     std::string subs;
     for (int d = 0; d < mesh.size() && d < static_cast<int>(commands.size()); ++d) {
-      absl::StrAppend(&subs, d == 0 ? "" : ",", "{\"accelerator\":", mesh.device(d)->index(),
+      if ((*futures)[d].timeline_driver() == nullptr) continue;  // nothing submitted
+      absl::StrAppend(&subs, subs.empty() ? "" : ",", "{\"accelerator\":", mesh.device(d)->index(),
                       ",\"submission\":", (*futures)[d].timeline_value(), ",\"commands\":", commands[d], "}");
     }
     Tracer::Get().Instant("gang call", absl::StrCat("\"island\":", JsonQuote(island_), ",\"instance\":", instance_,

@@ -625,6 +625,55 @@ TEST(CrossIslandTest, RunsDroppedBeforeTheirReceiveAbandonTheirValues) {
   EXPECT_EQ(q.channel->inbox().pending(), 0u);
 }
 
+// Tests that a send from, and a receive into, memory the host reads and
+// writes directly need no device submission: the bytes go between the
+// arrays and the sockets, and the gang calls that carry them are in the
+// gang order with no submission. Elsewhere (staging) each device submits
+// its copy. Either way the value arrives whole.
+TEST(CrossIslandTest, SendAndReceiveOfHostMemorySubmitNothing) {
+  const int64_t n = 4096;
+  TwoIslands t(1, 1);
+  auto mesh_a = ValueOrThrow(t.ca->AllocateMesh({1}));
+  auto mesh_b = ValueOrThrow(t.cb->AllocateMesh({1}));
+  auto channel = LocalChannel::Create("channel 1 from island 'a'");
+  ProgramBuilder pa("send");
+  pa.Parameter("x", mesh_a, {n}, DType::kF32);
+  pa.Send("send-x", "x", channel);
+  ASSERT_OK_AND_ASSIGN(auto exe_a, t.ca->Load(ValueOrThrow(pa.Build())));
+  ProgramBuilder pb("receive");
+  pb.Receive("recv-x", mesh_b, "x", {n}, DType::kF32, Sharding::Replicated(), channel);
+  pb.Output("x");
+  ASSERT_OK_AND_ASSIGN(auto exe_b, t.cb->Load(ValueOrThrow(pb.Build())));
+  const std::vector<float> x = RandomFloats(n, 4);
+  ArrayRef xa = UploadArray(*t.ca, mesh_a, {n}, Sharding::Replicated(), x);
+  const bool host_a = ValueOrThrow(xa->shard(0))->host_coherent();
+  Accelerator* acc_a = mesh_a->device(0);
+  Accelerator* acc_b = mesh_b->device(0);
+  // Settle the upload first: what the runs submit is counted from here.
+  ASSERT_OK(xa->ShardReady(0).AwaitStatus(absl::Now() + kRunTimeout));
+  const uint64_t submitted_a = acc_a->submitted_value(), submitted_b = acc_b->submitted_value();
+  t.a->scheduler().RecordOrder(true);
+  t.b->scheduler().RecordOrder(true);
+  constexpr int kRuns = 3;
+  std::vector<ArrayRef> received;
+  for (uint64_t tag = 1; tag <= kRuns; ++tag) {
+    ASSERT_OK_AND_ASSIGN(Execution run_b, t.cb->Execute(exe_b, {}, {.tag = tag}));
+    ASSERT_OK_AND_ASSIGN(Execution run_a, t.ca->Execute(exe_a, {xa}, {.tag = tag}));
+    ASSERT_OK(run_a.Await(absl::Now() + kRunTimeout));
+    ASSERT_OK(run_b.Await(absl::Now() + kRunTimeout));
+    received.push_back(run_b.outputs[0]);
+  }
+  const bool host_b = ValueOrThrow(received[0]->shard(0))->host_coherent();
+  EXPECT_EQ(acc_a->submitted_value() - submitted_a, host_a ? 0u : kRuns);
+  EXPECT_EQ(acc_b->submitted_value() - submitted_b, host_b ? 0u : kRuns);
+  for (const ArrayRef& r : received) EXPECT_EQ(DownloadArray(r), x);
+  for (auto [island, host] : {std::pair{t.a.get(), host_a}, std::pair{t.b.get(), host_b}}) {
+    std::vector<GangCall> order = island->scheduler().TakeOrder();
+    ASSERT_EQ(order.size(), static_cast<size_t>(kRuns)) << island->name();
+    for (const GangCall& call : order) EXPECT_EQ(call.submissions.size(), host ? 0u : 1u) << call.node;
+  }
+}
+
 // Tests that a value crossing islands must have contiguous shards, and that
 // send and receive nodes need a channel.
 TEST(CrossIslandTest, BuilderRefusesWhatCannotCross) {
