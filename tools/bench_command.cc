@@ -1029,8 +1029,23 @@ int BenchCommand(const std::vector<std::string>& args) {
   fs::create_directories(out / "raw", ec);
   if (ec) return Fail(absl::StrCat("cannot create ", (out / "raw").string(), ": ", ec.message()), 1);
 
+  // The command as it measured: where its outputs went (--out, --repo,
+  // --trace) is left out, so that no machine's paths reach the report or a
+  // committed BENCHMARKS.md.
   std::vector<std::string> command = {"causeway", "bench"};
-  for (const std::string& a : args) command.push_back(ShellQuote(a));
+  for (size_t i = 0; i < args.size(); ++i) {
+    bool location = false;
+    for (absl::string_view flag : {"--out", "--repo", "--trace"}) {
+      if (args[i] == flag) {
+        location = true;
+        ++i;  // and its value
+      } else if (absl::StartsWith(args[i], absl::StrCat(flag, "="))) {
+        location = true;
+      }
+      if (location) break;
+    }
+    if (!location) command.push_back(ShellQuote(args[i]));
+  }
   json report = {{"schema", "causeway-bench/1"},
                  {"command", absl::StrJoin(command, " ")},
                  {"date", UtcNow()},
