@@ -41,11 +41,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "benchmarks/bench_util.h"
-#include "runtime/trace.h"
+#include "causeway/base/trace.h"
 
 namespace causeway::bench {
 
-// `s` as a JSON string literal, quotes included (runtime/trace.h's JsonQuote:
+// `s` as a JSON string literal, quotes included (causeway/base/trace.h's JsonQuote:
 // `"` and `\` escaped, control characters as \n, \t, ... or \u00XX).
 inline std::string JsonString(absl::string_view s) { return JsonQuote(std::string(s)); }
 

@@ -57,11 +57,11 @@
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/tcp_baseline.h"
-#include "transport/auth.h"
-#include "transport/connection.h"
-#include "transport/frame.h"
-#include "transport/handshake.h"
-#include "transport/socket.h"
+#include "causeway/transport/auth.h"
+#include "causeway/transport/connection.h"
+#include "causeway/transport/frame.h"
+#include "causeway/transport/handshake.h"
+#include "causeway/transport/socket.h"
 
 namespace causeway::bench {
 namespace {

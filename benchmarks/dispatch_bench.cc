@@ -43,12 +43,12 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "runtime/builtin_kernels.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "runtime/vk_status.h"
+#include "causeway/base/status.h"
+#include "causeway/base/trace.h"
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/runtime/vk_status.h"
 
 namespace causeway {
 namespace {

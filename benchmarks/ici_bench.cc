@@ -91,10 +91,10 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "runtime/runtime.h"
-#include "runtime/trace.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
+#include "causeway/base/trace.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 
 namespace causeway {
 namespace {

@@ -51,12 +51,12 @@
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/tcp_baseline.h"
-#include "runtime/reference.h"
-#include "scheduler/program_def.h"
-#include "scheduler/program_def.pb.h"
-#include "transport/connection.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/program_def.h"
+#include "causeway/scheduler/program_def.pb.h"
+#include "causeway/transport/connection.h"
 
 namespace causeway::bench {
 namespace {

@@ -1,9 +1,9 @@
 // GEMM throughput on the device against OpenBLAS on the host, in the same
 // binary and run, on Transformer-sized shapes.
 //
-//   gemm:   ops::Gemm (shaders/gemm.comp), C = A * B, one dispatch per
+//   gemm:   ops::Gemm (causeway/shaders/gemm.comp), C = A * B, one dispatch per
 //           product (a batch is one dispatch over workgroup z).
-//   matmul: ops::Matmul (shaders/matmul.comp), the older kernel, one
+//   matmul: ops::Matmul (causeway/shaders/matmul.comp), the older kernel, one
 //           dispatch per product (a batch is `batch` dispatches).
 //   OpenBLAS: cblas_sgemm on as many threads as this process may use (its
 //           CPU affinity: the cores lavapipe runs on), one call per product,
@@ -44,10 +44,10 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "runtime/ops.h"
-#include "runtime/reference.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/runtime/runtime.h"
 
 namespace causeway {
 namespace {

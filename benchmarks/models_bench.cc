@@ -31,13 +31,13 @@
 #include "absl/synchronization/mutex.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "client/local_client.h"
-#include "client/remote_client.h"
-#include "models/trainer.h"
-#include "runtime/runtime.h"
-#include "scheduler/island.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
+#include "causeway/client/local_client.h"
+#include "causeway/client/remote_client.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/models/trainer.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/island.h"
 
 namespace causeway {
 namespace {

@@ -99,14 +99,14 @@
 #include "absl/synchronization/notification.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
-#include "runtime/builtin_kernels.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
+#include "causeway/base/status.h"
+#include "causeway/base/trace.h"
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 
 namespace causeway {
 namespace {
@@ -224,7 +224,7 @@ class Reduction {
   // One call of one function holding all kChain computations' n adds each:
   // x = x + 0 (n - 1 times, standing for the reductions), then x = x + b.
   absl::StatusOr<std::shared_ptr<const Program>> FusedProgram() {
-    ASSIGN_OR_RETURN(auto add, BuiltinKernel("add"));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto add, BuiltinKernel("add"));
     CountParams count{kScalar};
     std::vector<uint8_t> push(sizeof(count));
     std::memcpy(push.data(), &count, sizeof(count));
@@ -240,8 +240,8 @@ class Reduction {
       cur = dst;
     }
     TensorSpec t{{kScalar}, DType::kF32};
-    ASSIGN_OR_RETURN(auto fused, Function::Create(absl::StrCat("reduce", n_, "_fused", kChain), {t, t, t}, {t}, {t},
-                                                  std::move(steps)));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto fused, Function::Create(absl::StrCat("reduce", n_, "_fused", kChain),
+                                                           {t, t, t}, {t}, {t}, std::move(steps)));
     ProgramBuilder b(absl::StrCat("reduce", n_, "fused"));
     b.Parameter("x", single_, {kScalar}, DType::kF32);
     b.Parameter("fb", single_, {kScalar}, DType::kF32);

@@ -76,7 +76,7 @@ elif [ "${1:-}" = "--one-device" ]; then
   shift
   bash scripts/build.sh
   # Queues of one VkDevice wait on each other's timelines directly, not
-  # through host relays (sharing in runtime/runtime.h).
+  # through host relays (sharing in causeway/runtime/runtime.h).
   CAUSEWAY_SHARING=one-device ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 -L moves-memory "$@"
 else
   bash scripts/build.sh

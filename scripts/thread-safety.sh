@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the thread-safety annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...)
 # with clang's -Wthread-safety analysis, as errors, over every source of the
-# library, the transport, the models and the tools. Needs a configured and built
+# libraries (causeway/) and the tools. Needs a configured and built
 # tree (BUILD_DIR, default build/) for the generated headers; compiles nothing
 # else (-fsyntax-only), with the build's own flags.
 #
@@ -71,7 +71,7 @@ def cache_key(cmd, cwd, obj):
 jobs = []
 for entry in json.load(open(commands)):
     rel = os.path.relpath(entry["file"], root)
-    if rel.split(os.sep)[0] not in ("runtime", "scheduler", "transport", "models", "tools", "shaders"):
+    if rel.split(os.sep)[0] not in ("causeway", "tools"):
         continue
     args = shlex.split(entry["command"])[1:]
     out = []

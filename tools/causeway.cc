@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/accelerator.h"
-#include "runtime/trace.h"
+#include "causeway/base/trace.h"
+#include "causeway/runtime/accelerator.h"
 #include "tools/commands.h"
 #include "tools/interrupt.h"
 

@@ -15,11 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "runtime/memory.h"
-#include "runtime/reference.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "scheduler/island.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/runtime/memory.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/island.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -40,25 +40,26 @@ absl::StatusOr<Pipeline> Build(Runtime& rt, DispatchMode mode, uint32_t n, int b
   IslandOptions options;
   options.dispatch = mode;
   options.runs_in_flight = std::max(2, batches);
-  ASSIGN_OR_RETURN(p.island, Island::Create(&rt, options));
-  ASSIGN_OR_RETURN(p.client, p.island->Connect("demo"));
-  ASSIGN_OR_RETURN(auto matmul, Function::Matmul(n, n, n));
+  CAUSEWAY_ASSIGN_OR_RETURN(p.island, Island::Create(&rt, options));
+  CAUSEWAY_ASSIGN_OR_RETURN(p.client, p.island->Connect("demo"));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto matmul, Function::Matmul(n, n, n));
   ProgramBuilder b("matmul-pipeline");
   Shape square = {n, n};
   for (size_t s = 0; s < rt.size(); ++s) {
-    ASSIGN_OR_RETURN(auto mesh, p.client->AllocateMesh({1}));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto mesh, p.client->AllocateMesh({1}));
     p.meshes.push_back(mesh);
     std::string w = absl::StrCat("w", s);
     if (s == 0) b.Parameter("x0", mesh, square, DType::kF32);
     b.Parameter(w, mesh, square, DType::kF32);
     b.Call(absl::StrCat("stage", s), matmul, mesh, {absl::StrCat("x", s), w}, {absl::StrCat("x", s + 1)});
-    ASSIGN_OR_RETURN(auto wa, p.client->CreateArray(mesh, square, DType::kF32, Sharding::Replicated(), w));
-    RETURN_IF_ERROR(wa->Upload(weights[s].data(), weights[s].size() * sizeof(float)));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto wa,
+                              p.client->CreateArray(mesh, square, DType::kF32, Sharding::Replicated(), w));
+    CAUSEWAY_RETURN_IF_ERROR(wa->Upload(weights[s].data(), weights[s].size() * sizeof(float)));
     p.weights.push_back(wa);
   }
   b.Output(absl::StrCat("x", rt.size()));
-  ASSIGN_OR_RETURN(auto program, b.Build());
-  ASSIGN_OR_RETURN(p.executable, p.client->Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto program, b.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(p.executable, p.client->Load(program));
   return p;
 }
 
@@ -67,19 +68,21 @@ absl::StatusOr<std::vector<std::vector<float>>> RunBatches(Pipeline& p, const st
                                                            uint32_t n, bool await_each) {
   std::vector<Execution> runs;
   for (const auto& x : inputs) {
-    ASSIGN_OR_RETURN(auto xa, p.client->CreateArray(p.meshes[0], {n, n}, DType::kF32, Sharding::Replicated(), "x0"));
-    RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
+    CAUSEWAY_ASSIGN_OR_RETURN(
+        auto xa, p.client->CreateArray(p.meshes[0], {n, n}, DType::kF32, Sharding::Replicated(), "x0"));
+    CAUSEWAY_RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
     std::vector<ArrayRef> args = {xa};
     args.insert(args.end(), p.weights.begin(), p.weights.end());
-    ASSIGN_OR_RETURN(Execution run, p.client->Execute(p.executable, args));
-    if (await_each) RETURN_IF_ERROR(run.Await());
+    CAUSEWAY_ASSIGN_OR_RETURN(Execution run, p.client->Execute(p.executable, args));
+    if (await_each) CAUSEWAY_RETURN_IF_ERROR(run.Await());
     runs.push_back(std::move(run));
   }
   std::vector<std::vector<float>> outputs;
   for (Execution& run : runs) {
-    RETURN_IF_ERROR(run.Await());
+    CAUSEWAY_RETURN_IF_ERROR(run.Await());
     outputs.emplace_back(size_t{n} * n);
-    RETURN_IF_ERROR(run.outputs[0]->Download(outputs.back().data(), outputs.back().size() * sizeof(float)));
+    CAUSEWAY_RETURN_IF_ERROR(
+        run.outputs[0]->Download(outputs.back().data(), outputs.back().size() * sizeof(float)));
   }
   return outputs;
 }

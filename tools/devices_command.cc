@@ -4,9 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "runtime/device.h"
-#include "runtime/memory.h"
-#include "runtime/runtime.h"
+#include "causeway/runtime/device.h"
+#include "causeway/runtime/memory.h"
+#include "causeway/runtime/runtime.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 

@@ -4,8 +4,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "runtime/memory.h"
-#include "runtime/status.h"
+#include "causeway/base/status.h"
+#include "causeway/runtime/memory.h"
 
 namespace causeway::cli {
 
@@ -138,16 +138,16 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
 absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   RuntimeOptions o;
   if (!flags.Get("accelerators").empty()) {
-    ASSIGN_OR_RETURN(int64_t n, flags.Int("accelerators"));
+    CAUSEWAY_ASSIGN_OR_RETURN(int64_t n, flags.Int("accelerators"));
     if (n < 1 || n > 256) return absl::InvalidArgumentError(absl::StrCat("--accelerators must be 1..256, got ", n));
     o.accelerators = static_cast<int>(n);
   }
   o.device = flags.Get("device");
   if (!flags.Get("memory-budget").empty()) {
-    ASSIGN_OR_RETURN(o.memory_budget, ParseByteSize(flags.Get("memory-budget")));
+    CAUSEWAY_ASSIGN_OR_RETURN(o.memory_budget, ParseByteSize(flags.Get("memory-budget")));
   }
   if (!flags.Get("ring-slots").empty()) {
-    ASSIGN_OR_RETURN(int64_t n, flags.Int("ring-slots"));
+    CAUSEWAY_ASSIGN_OR_RETURN(int64_t n, flags.Int("ring-slots"));
     if (n < 1 || n > 1 << 20) return absl::InvalidArgumentError("--ring-slots must be 1..1048576");
     o.ring_capacity = static_cast<uint32_t>(n);
   }
@@ -158,14 +158,15 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   if (flags.Get("watchdog") == "off") {
     o.watchdog = absl::InfiniteDuration();
   } else {
-    ASSIGN_OR_RETURN(o.watchdog, flags.Duration("watchdog"));
+    CAUSEWAY_ASSIGN_OR_RETURN(o.watchdog, flags.Duration("watchdog"));
   }
   return o;
 }
 
 absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& flags) {
   if (flags.Has("secret-file") && !flags.Get("secret-file").empty()) {
-    ASSIGN_OR_RETURN(transport::Secret secret, transport::Secret::FromFile(flags.Get("secret-file")));
+    CAUSEWAY_ASSIGN_OR_RETURN(transport::Secret secret,
+                              transport::Secret::FromFile(flags.Get("secret-file")));
     return secret;
   }
   absl::StatusOr<transport::Secret> secret = transport::Secret::FromEnvironment();
@@ -178,7 +179,7 @@ absl::StatusOr<transport::ControllerOptions> ControllerOptionsFromFlags(const Fl
                                                                         const std::string& name) {
   transport::ControllerOptions options;
   options.name = name;
-  ASSIGN_OR_RETURN(options.secret, SecretFromFlags(flags));
+  CAUSEWAY_ASSIGN_OR_RETURN(options.secret, SecretFromFlags(flags));
   return options;
 }
 

@@ -11,10 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "runtime/runtime.h"
-#include "runtime/trace.h"
-#include "transport/auth.h"
-#include "transport/controller.h"
+#include "causeway/base/trace.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/transport/auth.h"
 
 namespace causeway::cli {
 
@@ -57,7 +57,7 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags);
 
 // The shared secret of a command that takes --secret-file: the file if the
 // flag is given, else CAUSEWAY_SECRET if set, else none. A file or variable
-// that does not hold a usable secret is an error (transport/auth.h says why).
+// that does not hold a usable secret is an error (causeway/transport/auth.h says why).
 absl::StatusOr<std::optional<transport::Secret>> SecretFromFlags(const Flags& flags);
 
 // A controller's options for a command that takes --connect: told to the

@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "runtime/accelerator.h"
-#include "runtime/watchdog.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/runtime/watchdog.h"
 
 namespace causeway::cli {
 namespace {

@@ -17,16 +17,16 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "runtime/accelerator.h"
-#include "runtime/fault_injection.h"
-#include "runtime/memory.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
+#include "causeway/base/fault_injection.h"
+#include "causeway/base/status.h"
+#include "causeway/distributed/island_server.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/runtime/memory.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/transport/auth.h"
+#include "causeway/transport/launch.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "transport/auth.h"
-#include "transport/island_server.h"
-#include "transport/launch.h"
 
 namespace causeway::cli {
 namespace {
@@ -137,7 +137,7 @@ int IslandCommand(const std::vector<std::string>& args) {
     return fail(absl::InvalidArgumentError("--peer-timeout-ms must be 100..3600000"), 2);
   }
 
-  // Fault injection for tests of a real island process (runtime/fault_injection.h).
+  // Fault injection for tests of a real island process (causeway/base/fault_injection.h).
   if (const char* fault = std::getenv("CAUSEWAY_FAULT"); fault != nullptr) {
     if (absl::Status s = ArmFaultFromString(fault); !s.ok()) return fail(s, 2);
   }

@@ -32,10 +32,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "runtime/status.h"
+#include "causeway/base/status.h"
+#include "causeway/transport/socket.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "transport/socket.h"
 
 namespace causeway::cli {
 namespace {

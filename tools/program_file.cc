@@ -16,13 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/local_client.h"
+#include "causeway/base/status.h"
+#include "causeway/client/local_client.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/runtime/glsl_compiler.h"
+#include "causeway/scheduler/program_def.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "runtime/glsl_compiler.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "scheduler/program_def.h"
 
 namespace causeway::cli {
 namespace {
@@ -469,7 +469,7 @@ absl::Status CheckProgramFile(ProgramFile& file) {
       return located(what + " again", absl::StrCat(what, ": value '", par.value(), "' is defined twice"));
     }
     parameters.insert(par.value());
-    RETURN_IF_ERROR(need_mesh(what, par.mesh()));
+    CAUSEWAY_RETURN_IF_ERROR(need_mesh(what, par.mesh()));
     auto shape = ParameterShape(par);
     if (!shape.ok()) return located(what, absl::StrCat(what, ": ", shape.status().message()));
   }
@@ -492,10 +492,10 @@ absl::Status CheckProgramFile(ProgramFile& file) {
         break;
       case NodeDef::kSend:
       case NodeDef::kReceive:
-        return located(what,
-                       absl::StrCat(what,
-                                    ": send and receive nodes cross islands; a program file runs on one "
-                                    "island (split programs run from a controller, scheduler/split.h)"));
+        return located(
+            what, absl::StrCat(what,
+                               ": send and receive nodes cross islands; a program file runs on one "
+                               "island (split programs run from a controller, causeway/scheduler/split.h)"));
       case NodeDef::KIND_NOT_SET:
         return located(what, absl::StrCat(what, ": no kind (expected call, collective or reshard)"));
     }
@@ -523,7 +523,7 @@ absl::Status CheckProgramFile(ProgramFile& file) {
       inputs = {n.reshard().input()};
       mesh = n.reshard().mesh();
     }
-    RETURN_IF_ERROR(need_mesh(what, mesh));
+    CAUSEWAY_RETURN_IF_ERROR(need_mesh(what, mesh));
     for (const std::string& v : inputs) {
       if (!values.contains(v)) {
         return located(
@@ -641,10 +641,10 @@ class ClientRunner {
   absl::Status Prepare() {
     const absl::Time t0 = absl::Now();
     const ProgramDef& p = file_.def.program();
-    ASSIGN_OR_RETURN(client_, connect_(result_.client));
+    CAUSEWAY_ASSIGN_OR_RETURN(client_, connect_(result_.client));
     // A mesh that names its island goes there; the rest go to the first.
     std::vector<std::string> islands(static_cast<size_t>(client_->island_count()));
-    ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
+    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
     for (const client::Device& d : devices) {
       if (d.island >= 0 && d.island < client_->island_count()) islands[d.island] = d.island_name;
     }
@@ -673,8 +673,8 @@ class ClientRunner {
     for (const ParameterDef& par : p.parameters()) {
       // Load checked each parameter: its mesh, dtype and sharding.
       const std::string what = absl::StrCat("input '", par.value(), "'");
-      ASSIGN_OR_RETURN(DType dtype, FromDef(par.dtype()));
-      ASSIGN_OR_RETURN(Sharding sharding, FromDef(par.sharding()));
+      CAUSEWAY_ASSIGN_OR_RETURN(DType dtype, FromDef(par.dtype()));
+      CAUSEWAY_ASSIGN_OR_RETURN(Sharding sharding, FromDef(par.sharding()));
       const Shape shape(par.shape().begin(), par.shape().end());
       const InputDef* in = nullptr;
       for (const InputDef& i : file_.def.inputs()) {
@@ -682,10 +682,10 @@ class ClientRunner {
       }
       auto bytes = InputBytes(*in, shape, dtype);
       if (!bytes.ok()) return file_.Locate(Invalid(what, ": ", bytes.status().message()));
-      ASSIGN_OR_RETURN(client::Array array,
-                       client_->CreateArray(meshes.at(par.mesh()), shape, dtype, sharding));
+      CAUSEWAY_ASSIGN_OR_RETURN(client::Array array,
+                                client_->CreateArray(meshes.at(par.mesh()), shape, dtype, sharding));
       inputs_.push_back(array);
-      RETURN_IF_ERROR(client_->Upload(array, bytes->data(), bytes->size()));
+      CAUSEWAY_RETURN_IF_ERROR(client_->Upload(array, bytes->data(), bytes->size()));
     }
     result_.load_time = absl::Now() - t0;
     return absl::OkStatus();
@@ -707,7 +707,7 @@ class ClientRunner {
         return absl::Status(s.code(), absl::StrCat("run ", index, ": ", s.message()));
       }
       if (!keep_outputs) {
-        for (const client::Array& a : run.outputs) RETURN_IF_ERROR(client_->Release(a));
+        for (const client::Array& a : run.outputs) CAUSEWAY_RETURN_IF_ERROR(client_->Release(a));
       }
       pending.pop_front();
       return absl::OkStatus();
@@ -716,12 +716,12 @@ class ClientRunner {
       auto run = client_->Execute(program_, inputs_, execute);
       if (!run.ok())
         return absl::Status(run.status().code(), absl::StrCat("run ", r, ": ", run.status().message()));
-      if (r == 0) RETURN_IF_ERROR(Expect(run->outputs));
+      if (r == 0) CAUSEWAY_RETURN_IF_ERROR(Expect(run->outputs));
       pending.emplace_back(r, *std::move(run));
-      while (pending.size() > window) RETURN_IF_ERROR(await_front(false));
+      while (pending.size() > window) CAUSEWAY_RETURN_IF_ERROR(await_front(false));
     }
     const client::Run last = pending.back().second;
-    while (!pending.empty()) RETURN_IF_ERROR(await_front(pending.size() == 1));
+    while (!pending.empty()) CAUSEWAY_RETURN_IF_ERROR(await_front(pending.size() == 1));
     result_.run_time = absl::Now() - t0;
     result_.runs = runs_;
     const ProgramDef& p = file_.def.program();
@@ -732,7 +732,7 @@ class ClientRunner {
       out.shape = a.shape;
       out.dtype = a.dtype;
       out.bytes.resize(a.bytes());
-      RETURN_IF_ERROR(client_->Download(a, out.bytes.data(), out.bytes.size(), deadline));
+      CAUSEWAY_RETURN_IF_ERROR(client_->Download(a, out.bytes.data(), out.bytes.size(), deadline));
       result_.outputs.push_back(std::move(out));
     }
     return absl::OkStatus();
@@ -841,10 +841,10 @@ absl::StatusOr<ProgramFile> ParseProgramFile(absl::string_view text, const std::
   ProgramFile file;
   file.path = path;
   ParseInfoTree tree;
-  RETURN_IF_ERROR(ParseTextMessage(text, path, &file.def, &tree));
+  CAUSEWAY_RETURN_IF_ERROR(ParseTextMessage(text, path, &file.def, &tree));
   RecordLocations(file, &tree);
-  RETURN_IF_ERROR(ResolveKernels(file));
-  RETURN_IF_ERROR(CheckProgramFile(file));
+  CAUSEWAY_RETURN_IF_ERROR(ResolveKernels(file));
+  CAUSEWAY_RETURN_IF_ERROR(CheckProgramFile(file));
   return file;
 }
 
@@ -966,7 +966,7 @@ absl::StatusOr<ProgramFileResult> RunProgramFile(const ProgramFile& file, Island
   return RunProgramFile(
       file,
       [&island](const std::string& name) -> absl::StatusOr<std::unique_ptr<client::Client>> {
-        ASSIGN_OR_RETURN(auto c, client::LocalClient::Connect(&island, name));
+        CAUSEWAY_ASSIGN_OR_RETURN(auto c, client::LocalClient::Connect(&island, name));
         return std::unique_ptr<client::Client>(std::move(c));
       },
       options);

@@ -16,12 +16,12 @@
 // the same way.
 //
 // Example:
-//   ASSIGN_OR_RETURN(ProgramFile file, ReadProgramFile("examples/pipeline.textproto"));
+//   CAUSEWAY_ASSIGN_OR_RETURN(ProgramFile file, ReadProgramFile("examples/pipeline.textproto"));
 //   RuntimeOptions options;
 //   options.accelerators = file.accelerators();
-//   ASSIGN_OR_RETURN(auto runtime, Runtime::Create(options));
-//   ASSIGN_OR_RETURN(auto island, Island::Create(runtime.get()));
-//   ASSIGN_OR_RETURN(ProgramFileResult result, RunProgramFile(file, *island));
+//   CAUSEWAY_ASSIGN_OR_RETURN(auto runtime, Runtime::Create(options));
+//   CAUSEWAY_ASSIGN_OR_RETURN(auto island, Island::Create(runtime.get()));
+//   CAUSEWAY_ASSIGN_OR_RETURN(ProgramFileResult result, RunProgramFile(file, *island));
 //   for (const std::string& m : result.mismatches) std::fprintf(stderr, "%s\n", m.c_str());
 #ifndef CAUSEWAY_TOOLS_PROGRAM_FILE_H_
 #define CAUSEWAY_TOOLS_PROGRAM_FILE_H_
@@ -38,9 +38,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "scheduler/dtype.h"
-#include "scheduler/island.h"
+#include "causeway/client/client.h"
+#include "causeway/scheduler/dtype.h"
+#include "causeway/scheduler/island.h"
 #include "tools/program_file.pb.h"  // IWYU pragma: export
 
 namespace causeway::cli {

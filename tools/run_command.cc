@@ -1,6 +1,6 @@
 // causeway run PROGRAM: runs a program file (tools/program_file.h) on an
 // island of this process, or with --connect on running island servers,
-// through one client API (client/client.h), and prints its outputs, its rate
+// through one client API (causeway/client/client.h), and prints its outputs, its rate
 // per client and whether its expectations hold; optionally writes the
 // outputs and checks the gang order in a trace.
 #include <unistd.h>
@@ -16,10 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/remote_client.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "scheduler/island.h"
+#include "causeway/base/status.h"
+#include "causeway/client/remote_client.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/island.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/program_file.h"
@@ -224,7 +224,7 @@ int RunCommand(const std::vector<std::string>& args) {
         [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<client::Client>> {
           transport::ControllerOptions o = controller_options;
           o.name = name;
-          ASSIGN_OR_RETURN(auto c, client::RemoteClient::Connect(islands, o));
+          CAUSEWAY_ASSIGN_OR_RETURN(auto c, client::RemoteClient::Connect(islands, o));
           return std::unique_ptr<client::Client>(std::move(c));
         },
         run_options);

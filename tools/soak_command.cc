@@ -31,15 +31,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "scheduler/program_def.h"
-#include "scheduler/program_def.pb.h"
+#include "causeway/base/status.h"
+#include "causeway/base/trace.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/program_def.h"
+#include "causeway/scheduler/program_def.pb.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
 
 namespace causeway::cli {
 namespace {
@@ -344,16 +344,17 @@ class SoakClient {
   };
 
   absl::Status Connect() {
-    ASSIGN_OR_RETURN(std::vector<std::string> addresses, directory_->AwaitAll(absl::Now() + config_.timeout));
+    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                              directory_->AwaitAll(absl::Now() + config_.timeout));
     auto session = std::make_unique<Session>();
     ControllerOptions options;
     options.name = absl::StrCat("soak-client-", config_.index);
     options.call_timeout = config_.timeout;
-    ASSIGN_OR_RETURN(session->controller, Controller::Connect(addresses, options));
-    ASSIGN_OR_RETURN(session->a, session->controller->AllocateMesh(0, {2}));
-    ASSIGN_OR_RETURN(session->b, session->controller->AllocateMesh(1, {2}));
-    ASSIGN_OR_RETURN(session->program,
-                     session->controller->Load(def_, {{"a", session->a}, {"b", session->b}}));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->controller, Controller::Connect(addresses, options));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->a, session->controller->AllocateMesh(0, {2}));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->b, session->controller->AllocateMesh(1, {2}));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->program,
+                              session->controller->Load(def_, {{"a", session->a}, {"b", session->b}}));
     session_ = std::move(session);
     tally_->Connected();
     return absl::OkStatus();
@@ -373,11 +374,12 @@ class SoakClient {
     for (auto [mesh, sharding, host] :
          {std::tuple{&session_->a, Sharding::Split(0), &x}, std::tuple{&session_->a, Sharding::Split(0), &y},
           std::tuple{&session_->b, Sharding::Replicated(), &w}}) {
-      ASSIGN_OR_RETURN(RemoteArray array, c.CreateArray(*mesh, {n, n}, DType::kF32, sharding));
+      CAUSEWAY_ASSIGN_OR_RETURN(RemoteArray array, c.CreateArray(*mesh, {n, n}, DType::kF32, sharding));
       f.inputs.push_back(array);
-      RETURN_IF_ERROR(c.Upload(array, host->data(), host->size() * sizeof(float)));
+      CAUSEWAY_RETURN_IF_ERROR(c.Upload(array, host->data(), host->size() * sizeof(float)));
     }
-    ASSIGN_OR_RETURN(f.run, c.Execute(session_->program, f.inputs, {.deadline = config_.run_deadline}));
+    CAUSEWAY_ASSIGN_OR_RETURN(f.run,
+                              c.Execute(session_->program, f.inputs, {.deadline = config_.run_deadline}));
     tally_->Issued();
     f.deadline = absl::Now() + config_.timeout;
     f.expected = Reference(x, y, w, n);

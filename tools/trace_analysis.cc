@@ -1,4 +1,4 @@
-// Reading trace files (docs/trace-format.md, written by runtime/trace.cc) and
+// Reading trace files (docs/trace-format.md, written by causeway/base/trace.cc) and
 // the analyses of the causeway tool.
 //
 // The reader is a SAX handler: it holds one event at a time as JSON, so a

@@ -171,7 +171,7 @@ struct SummaryOptions {
 };
 
 // Example:
-//   ASSIGN_OR_RETURN(ParsedTrace trace, ReadTraceFile("run.json"));
+//   CAUSEWAY_ASSIGN_OR_RETURN(ParsedTrace trace, ReadTraceFile("run.json"));
 //   std::printf("%s", SummaryText(Summarize(trace)).c_str());
 TraceSummary Summarize(const ParsedTrace& trace, const SummaryOptions& options = {});
 // For people: aligned tables, times in ns/µs/ms/s.

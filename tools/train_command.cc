@@ -16,16 +16,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/local_client.h"
-#include "client/remote_client.h"
-#include "models/trainer.h"
-#include "runtime/runtime.h"
-#include "scheduler/island.h"
+#include "causeway/client/local_client.h"
+#include "causeway/client/remote_client.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/models/trainer.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/island.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/trace_analysis.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
 
 namespace causeway::cli {
 namespace {

@@ -10,13 +10,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/kernel.h"
-#include "runtime/op_plan.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/op_plan.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 
 namespace causeway {
 namespace {
@@ -45,35 +45,36 @@ absl::Status Run() {
 
   RuntimeOptions options;
   options.accelerators = 2;
-  ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<Island> island, Island::Create(rt.get()));
-  ASSIGN_OR_RETURN(std::shared_ptr<Client> client, island->Connect("example"));
-  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, client->AllocateMesh({2}));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<Island> island, Island::Create(rt.get()));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Client> client, island->Connect("example"));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Mesh> mesh, client->AllocateMesh({2}));
 
   // The kernel's bindings are checked against the function's buffers here:
   // binding 1 is written, so it must be given an output (args {0, 1}).
-  ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("axpb", kAxpb));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("axpb", kAxpb));
   const TensorSpec shard{{half}, DType::kF32};
-  ASSIGN_OR_RETURN(std::shared_ptr<const Function> axpb,
-                   Function::Create("axpb", {shard}, {shard}, {},
-                                    {{kernel, {0, 1}, ops::PushBytes(AxpbParams{half, a, b}),
-                                      {(half + 63) / 64, 1, 1}, {}}}));
+  CAUSEWAY_ASSIGN_OR_RETURN(
+      std::shared_ptr<const Function> axpb,
+      Function::Create(
+          "axpb", {shard}, {shard}, {},
+          {{kernel, {0, 1}, ops::PushBytes(AxpbParams{half, a, b}), {(half + 63) / 64, 1, 1}, {}}}));
 
   ProgramBuilder builder("axpb-sum");
   builder.Parameter("x", mesh, {n}, DType::kF32, Sharding::Split(0));  // each device gets half
   builder.Call("axpb", axpb, mesh, {"x"}, {"y"});                      // y split like x
   builder.AllReduce("sum", mesh, "y", "total");                        // total = y_0 + y_1, on both
   builder.Output("total");
-  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, builder.Build());
-  ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe, client->Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, builder.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe, client->Load(program));
 
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 97) * 0.25f;
-  ASSIGN_OR_RETURN(ArrayRef xa, client->CreateArray(mesh, {n}, DType::kF32, Sharding::Split(0)));
-  RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(Execution run, client->Execute(exe, {xa}));  // returns at once
+  CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef xa, client->CreateArray(mesh, {n}, DType::kF32, Sharding::Split(0)));
+  CAUSEWAY_RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(Execution run, client->Execute(exe, {xa}));  // returns at once
   std::vector<float> total(half, -1.0f);
-  RETURN_IF_ERROR(run.outputs[0]->Download(total.data(), total.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(run.outputs[0]->Download(total.data(), total.size() * sizeof(float)));
 
   for (uint32_t i = 0; i < half; ++i) {
     const float want = (a * x[i] + b) + (a * x[i + half] + b);

@@ -14,12 +14,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/status.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_server.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/program_def.pb.h"
 #include "google/protobuf/text_format.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "scheduler/program_def.pb.h"
-#include "transport/controller.h"
-#include "transport/island_server.h"
 
 namespace causeway {
 namespace {
@@ -47,8 +47,9 @@ absl::Status Run(std::vector<std::string> addresses) {
     for (int i = 0; i < 2; ++i) {
       RuntimeOptions options;
       options.accelerators = 1;
-      ASSIGN_OR_RETURN(runtimes.emplace_back(), Runtime::Create(options));
-      ASSIGN_OR_RETURN(servers.emplace_back(), transport::IslandServer::Create(runtimes.back().get(), {}));
+      CAUSEWAY_ASSIGN_OR_RETURN(runtimes.emplace_back(), Runtime::Create(options));
+      CAUSEWAY_ASSIGN_OR_RETURN(servers.emplace_back(),
+                                transport::IslandServer::Create(runtimes.back().get(), {}));
       addresses.push_back(servers.back()->address().ToString());
     }
   }
@@ -56,22 +57,23 @@ absl::Status Run(std::vector<std::string> addresses) {
     return absl::InvalidArgumentError(absl::StrCat("expected 2 island addresses, got ", addresses.size()));
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<transport::Controller> controller, transport::Controller::Connect(addresses));
-  ASSIGN_OR_RETURN(transport::RemoteMesh a, controller->AllocateMesh(0, {1}));
-  ASSIGN_OR_RETURN(transport::RemoteMesh b, controller->AllocateMesh(1, {1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<transport::Controller> controller,
+                            transport::Controller::Connect(addresses));
+  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteMesh a, controller->AllocateMesh(0, {1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteMesh b, controller->AllocateMesh(1, {1}));
   ProgramDef def;
   if (!google::protobuf::TextFormat::ParseFromString(kProgram, &def)) {
     return absl::InternalError("the program text does not parse");
   }
-  ASSIGN_OR_RETURN(auto program, controller->Load(def, {{"a", a}, {"b", b}}));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto program, controller->Load(def, {{"a", a}, {"b", b}}));
 
   std::vector<float> x(kN), z(kN, -1.0f);
   for (int64_t i = 0; i < kN; ++i) x[i] = static_cast<float>(i) - 100.0f;
-  ASSIGN_OR_RETURN(transport::RemoteArray xa, controller->CreateArray(a, {kN}, DType::kF32));
-  RETURN_IF_ERROR(controller->Upload(xa, x.data(), x.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(transport::RemoteRun run, controller->Execute(program, {xa}));  // returns at once
-  RETURN_IF_ERROR(run.done.Await());
-  RETURN_IF_ERROR(controller->Download(run.outputs[0], z.data(), z.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteArray xa, controller->CreateArray(a, {kN}, DType::kF32));
+  CAUSEWAY_RETURN_IF_ERROR(controller->Upload(xa, x.data(), x.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteRun run, controller->Execute(program, {xa}));  // returns at once
+  CAUSEWAY_RETURN_IF_ERROR(run.done.Await());
+  CAUSEWAY_RETURN_IF_ERROR(controller->Download(run.outputs[0], z.data(), z.size() * sizeof(float)));
 
   for (int64_t i = 0; i < kN; ++i) {
     if (z[i] != 4.0f * x[i]) {  // exact: small integers times powers of two

@@ -13,12 +13,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
+#include "causeway/base/status.h"
+#include "causeway/base/trace.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 
 namespace causeway {
 namespace {
@@ -35,35 +35,35 @@ absl::Status Run(const std::string& path) {
   constexpr int kRuns = 4;
   RuntimeOptions options;
   options.accelerators = 2;
-  ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<Island> island, Island::Create(rt.get()));
-  ASSIGN_OR_RETURN(std::shared_ptr<Client> client, island->Connect("traced"));
-  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> first, client->AllocateMesh({1}));
-  ASSIGN_OR_RETURN(std::shared_ptr<Mesh> second, client->AllocateMesh({1}));
-  ASSIGN_OR_RETURN(std::shared_ptr<const Function> twice, Function::Scale({n}, 2.0f));
-  ASSIGN_OR_RETURN(std::shared_ptr<const Function> thrice, Function::Scale({n}, 3.0f));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> rt, Runtime::Create(options));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<Island> island, Island::Create(rt.get()));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Client> client, island->Connect("traced"));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Mesh> first, client->AllocateMesh({1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Mesh> second, client->AllocateMesh({1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Function> twice, Function::Scale({n}, 2.0f));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Function> thrice, Function::Scale({n}, 3.0f));
   ProgramBuilder builder("pipeline");
   builder.Parameter("x", first, {n}, DType::kF32);
   builder.Call("stage0", twice, first, {"x"}, {"y"});
   builder.Call("stage1", thrice, second, {"y"}, {"z"});  // y crosses to accelerator 1 first
   builder.Output("z");
-  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, builder.Build());
-  ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe, client->Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, builder.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Executable> exe, client->Load(program));
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1000);
-  ASSIGN_OR_RETURN(ArrayRef xa, client->CreateArray(first, {n}, DType::kF32));
-  RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef xa, client->CreateArray(first, {n}, DType::kF32));
+  CAUSEWAY_RETURN_IF_ERROR(xa->Upload(x.data(), x.size() * sizeof(float)));
 
-  ASSIGN_OR_RETURN(std::unique_ptr<TraceSession> trace, TraceSession::Start(path));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<TraceSession> trace, TraceSession::Start(path));
   std::vector<Execution> runs;
   for (int r = 0; r < kRuns; ++r) {  // queued back to back: the stages of runs overlap
-    ASSIGN_OR_RETURN(runs.emplace_back(), client->Execute(exe, {xa}));
+    CAUSEWAY_ASSIGN_OR_RETURN(runs.emplace_back(), client->Execute(exe, {xa}));
   }
-  for (const Execution& run : runs) RETURN_IF_ERROR(run.Await());
-  RETURN_IF_ERROR(trace->Finish());
+  for (const Execution& run : runs) CAUSEWAY_RETURN_IF_ERROR(run.Await());
+  CAUSEWAY_RETURN_IF_ERROR(trace->Finish());
 
   std::vector<float> z(n);
-  RETURN_IF_ERROR(runs.back().outputs[0]->Download(z.data(), z.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(runs.back().outputs[0]->Download(z.data(), z.size() * sizeof(float)));
   for (int64_t i = 0; i < n; ++i) {
     if (z[i] != 6.0f * x[i]) {
       return absl::InternalError(absl::StrCat("z[", i, "] = ", z[i], ", expected ", 6.0f * x[i]));

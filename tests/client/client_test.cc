@@ -1,7 +1,7 @@
 // The client API's contract, run on both implementations with the same test
 // bodies: LocalClient over an island in this process, and RemoteClient over
 // an island server (in this process too, on its own runtime).
-#include "client/client.h"
+#include "causeway/client/client.h"
 
 #include <memory>
 #include <string>
@@ -9,15 +9,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/local_client.h"
-#include "client/remote_client.h"
+#include "causeway/base/status.h"
+#include "causeway/client/local_client.h"
+#include "causeway/client/remote_client.h"
+#include "causeway/distributed/island_server.h"
+#include "causeway/scheduler/program_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status.h"
-#include "scheduler/program_def.h"
 #include "tests/testing/program_defs.h"
 #include "tests/testing/test_support.h"
-#include "transport/island_server.h"
 
 namespace causeway::client {
 namespace {
@@ -90,13 +90,13 @@ class ClientTest : public ::testing::TestWithParam<std::string> {
     Array x;
   };
   absl::StatusOr<Spinner> LoadSpinner() {
-    ASSIGN_OR_RETURN(Mesh one, c_->AllocateMesh(0, {1}));
+    CAUSEWAY_ASSIGN_OR_RETURN(Mesh one, c_->AllocateMesh(0, {1}));
     Spinner s;
-    ASSIGN_OR_RETURN(s.program,
-                     c_->Load(::causeway::testing::SpinnerDef(4096, absl::Seconds(3)), {{"m", one}}));
-    ASSIGN_OR_RETURN(s.x, c_->CreateArray(one, {1}, DType::kI32));
+    CAUSEWAY_ASSIGN_OR_RETURN(
+        s.program, c_->Load(::causeway::testing::SpinnerDef(4096, absl::Seconds(3)), {{"m", one}}));
+    CAUSEWAY_ASSIGN_OR_RETURN(s.x, c_->CreateArray(one, {1}, DType::kI32));
     const int32_t zero = 0;
-    RETURN_IF_ERROR(c_->Upload(s.x, &zero, sizeof(zero)));
+    CAUSEWAY_RETURN_IF_ERROR(c_->Upload(s.x, &zero, sizeof(zero)));
     return s;
   }
   Rig setup_;

@@ -2,7 +2,7 @@
 // reads text a user or a tool hands `causeway run`: protobuf text format,
 // then every check of the file (meshes, functions, parameters, nodes,
 // inputs, clients, runs, expectations), then the program built whole over
-// virtual meshes (scheduler/split.h: no accelerators), as an island would
+// virtual meshes (causeway/scheduler/split.h: no accelerators), as an island would
 // build it.
 //
 // Beyond not crashing: a file that parses prints as text that parses back to
@@ -13,9 +13,9 @@
 #include <cstdlib>
 
 #include "absl/strings/string_view.h"
+#include "causeway/scheduler/program_def.h"
+#include "causeway/scheduler/split.h"
 #include "google/protobuf/stubs/logging.h"
-#include "scheduler/program_def.h"
-#include "scheduler/split.h"
 #include "tests/fuzz/fuzz_require.h"
 #include "tools/program_file.h"
 

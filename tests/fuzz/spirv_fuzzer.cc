@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "runtime/kernel.h"
-#include "runtime/spirv_reflect.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/runtime/spirv_reflect.h"
 #include "tests/fuzz/fuzz_require.h"
 
 namespace causeway {

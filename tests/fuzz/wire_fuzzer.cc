@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "causeway/transport/frame.h"
+#include "causeway/transport/handshake.h"
 #include "tests/fuzz/fuzz_require.h"
-#include "transport/frame.h"
-#include "transport/handshake.h"
 
 namespace causeway::transport {
 namespace {

@@ -39,13 +39,16 @@ echo "== $step"
 
 step="check the installed package files"
 echo "== $step"
-for f in include/causeway/runtime/runtime.h include/causeway/runtime/ops.h \
-         include/causeway/shaders/builtin_shaders.h include/causeway/transport/controller.h \
-         include/causeway/transport/island.pb.h include/causeway/scheduler/program_def.pb.h; do
+for f in include/causeway/causeway.h include/causeway/base/status.h include/causeway/runtime/runtime.h \
+         include/causeway/kernels/ops.h include/causeway/shaders/builtin_shaders.h \
+         include/causeway/distributed/controller.h include/causeway/distributed/island.pb.h \
+         include/causeway/transport/control.pb.h include/causeway/scheduler/program_def.pb.h \
+         include/causeway/client/client.h include/causeway/models/trainer.h; do
   [[ -f "$prefix/$f" ]] || { echo "missing $prefix/$f" >&2; exit 1; }
 done
-for name in CausewayConfig.cmake CausewayConfigVersion.cmake CausewayTargets.cmake libcauseway.a \
-            libcauseway_shaders.a libcauseway_scheduler.a libcauseway_transport.a libcauseway_island.a; do
+for name in CausewayConfig.cmake CausewayConfigVersion.cmake CausewayTargets.cmake libcauseway_base.a \
+            libcauseway_runtime.a libcauseway_kernels.a libcauseway_shaders.a libcauseway_scheduler.a \
+            libcauseway_transport.a libcauseway_distributed.a libcauseway_client.a libcauseway_models.a; do
   [[ -n "$(find "$prefix" -name "$name" -print -quit)" ]] || { echo "no $name under $prefix" >&2; exit 1; }
 done
 
@@ -97,6 +100,12 @@ export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 export CAUSEWAY_CACHE_DIR=$tmp/cache  # keep the pipeline cache out of $HOME
 configure_and_build downstream "$downstream_src"
 run_programs downstream downstream downstream_transport
+step="check that causeway::transport alone brings no Vulkan"
+echo "== $step"
+if ldd "$(find "$tmp/downstream" -type f -name downstream_transport -print -quit)" | grep -q libvulkan; then
+  echo "downstream_transport links libvulkan: causeway::transport should need only causeway::base" >&2
+  exit 1
+fi
 if [[ -n "$examples_src" ]]; then
   configure_and_build examples "$examples_src"
   run_programs examples local_custom_kernel remote_two_islands traced_run

@@ -2,7 +2,7 @@
 // line, the vocabulary round-trips, batches are next-character windows that
 // repeat from a seed, evaluation windows tile the held-out text, and bad
 // files and sizes are clear errors.
-#include "models/text_data.h"
+#include "causeway/models/text_data.h"
 
 #include <filesystem>
 #include <fstream>

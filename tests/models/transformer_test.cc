@@ -2,7 +2,7 @@
 // finite differences of its loss at a tiny size, data-parallel and pipeline
 // layouts against one accelerator step by step, the loss falling on the
 // shipped corpus, and bad configurations refused.
-#include "models/transformer.h"
+#include "causeway/models/transformer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/local_client.h"
+#include "causeway/client/local_client.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/models/text_data.h"
+#include "causeway/models/trainer.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/text_data.h"
-#include "models/trainer.h"
-#include "runtime/reference.h"
-#include "scheduler/island.h"
 #include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
@@ -67,11 +67,11 @@ class GradientProgram {
       : client_(client), config_(config), batch_(batch), ids_(std::move(ids)), targets_(std::move(targets)) {}
 
   absl::Status Load() {
-    ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({1}));
+    CAUSEWAY_ASSIGN_OR_RETURN(mesh_, client_->AllocateMesh({1}));
     AdamSettings settings;
     settings.update = false;
-    ASSIGN_OR_RETURN(step_, BuildTrainStep(config_, TrainLayout{batch_, 1}, {mesh_}, settings));
-    ASSIGN_OR_RETURN(executable_, client_->Load(step_.program));
+    CAUSEWAY_ASSIGN_OR_RETURN(step_, BuildTrainStep(config_, TrainLayout{batch_, 1}, {mesh_}, settings));
+    CAUSEWAY_ASSIGN_OR_RETURN(executable_, client_->Load(step_.program));
     return absl::OkStatus();
   }
 
@@ -79,25 +79,25 @@ class GradientProgram {
                              std::vector<std::vector<float>>* grads = nullptr, std::vector<float>* per_token = nullptr) {
     std::vector<ArrayRef> inputs;
     for (const std::vector<int32_t>* tokens : {&ids_, &targets_}) {
-      ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, {batch_, config_.seq_len}, DType::kI32,
-                                                        Sharding::Split(0)));
-      RETURN_IF_ERROR(a->Upload(tokens->data(), tokens->size() * 4));
+      CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, {batch_, config_.seq_len},
+                                                                 DType::kI32, Sharding::Split(0)));
+      CAUSEWAY_RETURN_IF_ERROR(a->Upload(tokens->data(), tokens->size() * 4));
       inputs.push_back(std::move(a));
     }
     const std::vector<ParameterInfo> params = Parameters(config_);
     for (size_t i = 0; i < params.size(); ++i) {
-      ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, params[i].shape, DType::kF32));
-      RETURN_IF_ERROR(a->Upload(weights[i].data(), weights[i].size() * 4));
+      CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef a, client_->CreateArray(mesh_, params[i].shape, DType::kF32));
+      CAUSEWAY_RETURN_IF_ERROR(a->Upload(weights[i].data(), weights[i].size() * 4));
       inputs.push_back(std::move(a));
     }
-    ASSIGN_OR_RETURN(Execution run, client_->Execute(executable_, inputs));
+    CAUSEWAY_ASSIGN_OR_RETURN(Execution run, client_->Execute(executable_, inputs));
     std::vector<float> loss(uint64_t{batch_} * config_.seq_len);
-    RETURN_IF_ERROR(run.outputs[0]->Download(loss.data(), loss.size() * 4));
+    CAUSEWAY_RETURN_IF_ERROR(run.outputs[0]->Download(loss.data(), loss.size() * 4));
     if (grads != nullptr) {
       grads->clear();
       for (size_t i = 0; i < params.size(); ++i) {
         std::vector<float> g(NumElements(params[i].shape));
-        RETURN_IF_ERROR(run.outputs[1 + i]->Download(g.data(), g.size() * 4));
+        CAUSEWAY_RETURN_IF_ERROR(run.outputs[1 + i]->Download(g.data(), g.size() * 4));
         grads->push_back(std::move(g));
       }
     }

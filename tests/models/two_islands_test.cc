@@ -12,18 +12,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/local_client.h"
-#include "client/remote_client.h"
+#include "causeway/client/local_client.h"
+#include "causeway/client/remote_client.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/models/text_data.h"
+#include "causeway/models/trainer.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "models/text_data.h"
-#include "models/trainer.h"
-#include "runtime/reference.h"
-#include "scheduler/island.h"
 #include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
 
 namespace causeway::models {
 namespace {

@@ -10,14 +10,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "causeway/base/trace.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/runtime/command_list.h"
+#include "causeway/runtime/copy_engine.h"
+#include "causeway/runtime/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "runtime/command_list.h"
-#include "runtime/copy_engine.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
-#include "runtime/trace.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

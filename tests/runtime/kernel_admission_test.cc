@@ -1,4 +1,4 @@
-#include "runtime/kernel_admission.h"
+#include "causeway/runtime/kernel_admission.h"
 
 #include <array>
 #include <cstdint>
@@ -12,13 +12,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/runtime/command_list.h"
+#include "causeway/runtime/device.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/runtime/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "runtime/command_list.h"
-#include "runtime/device.h"
-#include "runtime/kernel.h"
-#include "runtime/runtime.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

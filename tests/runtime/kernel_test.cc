@@ -1,4 +1,4 @@
-#include "runtime/kernel.h"
+#include "causeway/runtime/kernel.h"
 
 #include <algorithm>
 #include <array>

@@ -1,6 +1,6 @@
 // Tests of device memory: the per-accelerator budget, sub-allocation into
 // blocks, uploads and downloads at offsets, and byte-size parsing.
-#include "runtime/memory.h"
+#include "causeway/runtime/memory.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/runtime/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

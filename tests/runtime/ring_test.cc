@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/accelerator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "runtime/ops.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

@@ -1,5 +1,5 @@
 // Runtime options, device selection, tracing hooks and the pipeline cache.
-#include "runtime/runtime.h"
+#include "causeway/runtime/runtime.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -7,11 +7,11 @@
 #include <fstream>
 #include <vector>
 
+#include "causeway/base/trace.h"
+#include "causeway/kernels/ops.h"
+#include "causeway/runtime/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/device.h"
-#include "runtime/ops.h"
-#include "runtime/trace.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

@@ -1,4 +1,4 @@
-#include "runtime/suballocator.h"
+#include "causeway/runtime/suballocator.h"
 
 #include <algorithm>
 #include <cstdint>

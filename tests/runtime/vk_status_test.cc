@@ -1,7 +1,7 @@
-// The one VkResult-to-Status converter (runtime/vk_status.h): which results
+// The one VkResult-to-Status converter (causeway/runtime/vk_status.h): which results
 // are errors, the code each error becomes, the message it carries, and the
 // live-object count that DestroyCounted keeps.
-#include "runtime/vk_status.h"
+#include "causeway/runtime/vk_status.h"
 
 #include <vulkan/vulkan.h>
 
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "causeway/base/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -72,7 +72,7 @@ TEST(VkStatusTest, UnlistedErrorIsInternalAndNamedUnknown) {
 }
 
 absl::Status CallThat(VkResult result) {
-  VK_RETURN_IF_ERROR(result);
+  CAUSEWAY_VK_RETURN_IF_ERROR(result);
   return absl::AbortedError("reached the end");
 }
 

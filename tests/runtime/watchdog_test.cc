@@ -1,14 +1,14 @@
-#include "runtime/watchdog.h"
+#include "causeway/runtime/watchdog.h"
 
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/runtime/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/builtin_kernels.h"
-#include "runtime/runtime.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

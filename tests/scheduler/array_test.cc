@@ -1,6 +1,6 @@
 // Sharded arrays against host data: round trips, the shard each device holds,
 // dtypes, reference counting and release.
-#include "scheduler/array.h"
+#include "causeway/scheduler/array.h"
 
 #include <cstring>
 #include <memory>
@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "causeway/base/future.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "runtime/future.h"
-#include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

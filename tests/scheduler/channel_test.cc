@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/status.h"
+#include "causeway/scheduler/inbox.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/local_channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status.h"
-#include "scheduler/inbox.h"
-#include "scheduler/island.h"
-#include "scheduler/local_channel.h"
 #include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
@@ -254,7 +254,7 @@ TEST(InboxTest, EarlyValuesAreChargedToTheSendersHostBudget) {
   const std::vector<uint8_t> value = Pattern(600, 5);
   Inbox inbox("test inbox");
   auto begin = [&](uint64_t tag, uint64_t offset, uint64_t length) -> absl::Status {
-    ASSIGN_OR_RETURN(Inbox::Slot slot, inbox.Begin(tag, offset, length, value.size(), budget));
+    CAUSEWAY_ASSIGN_OR_RETURN(Inbox::Slot slot, inbox.Begin(tag, offset, length, value.size(), budget));
     std::memcpy(slot.data, value.data() + offset, length);
     inbox.End(slot);
     return absl::OkStatus();

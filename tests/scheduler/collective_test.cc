@@ -28,15 +28,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/array.h"
+#include "causeway/scheduler/collectives.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "scheduler/array.h"
-#include "scheduler/collectives.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
 #include "tests/testing/collective_reference.h"
 #include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
@@ -241,20 +241,20 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Simulate(const CollectivePlan&
             if (op.src_device < 0 || op.src_device >= n) {
               return absl::InternalError(absl::StrCat(what, " copies from position ", op.src_device));
             }
-            RETURN_IF_ERROR(add(op.src_device, op.src, op.src_offset, false));
-            RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
+            CAUSEWAY_RETURN_IF_ERROR(add(op.src_device, op.src, op.src_offset, false));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
             break;
           case CollectiveOp::kCombine:
-            RETURN_IF_ERROR(add(p, op.a, op.a_offset, false));
-            RETURN_IF_ERROR(add(p, op.src, op.src_offset, false));
-            RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.a, op.a_offset, false));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.src, op.src_offset, false));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
             break;
           case CollectiveOp::kZero:
-            RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
             break;
           case CollectiveOp::kReduce:
-            for (int q = 0; q < n; ++q) RETURN_IF_ERROR(add(q, op.src, op.src_offset, false));
-            RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
+            for (int q = 0; q < n; ++q) CAUSEWAY_RETURN_IF_ERROR(add(q, op.src, op.src_offset, false));
+            CAUSEWAY_RETURN_IF_ERROR(add(p, op.dst, op.dst_offset, true));
             break;
         }
       }
@@ -996,12 +996,12 @@ absl::StatusOr<AllReduceJob> MakeAllReduceJob(Client& client, std::shared_ptr<Me
   b.Parameter("x", mesh, {n * elements}, DType::kF32, Sharding::Split(0));
   b.AllReduce("sum", mesh, "x", "y", kSum, algorithm);
   b.Output("y");
-  ASSIGN_OR_RETURN(auto program, b.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(auto program, b.Build());
   auto phases = PhasesOf(*program, "sum");
   if (phases.empty())
     return absl::InternalError(absl::StrCat("no collective steps: ", program->DebugString()));
   job.algorithm = phases[0]->collective->algorithm;
-  ASSIGN_OR_RETURN(job.exe, client.Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(job.exe, client.Load(program));
   return job;
 }
 

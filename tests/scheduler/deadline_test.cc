@@ -21,15 +21,15 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/fault_injection.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/fault_injection.h"
-#include "runtime/kernel.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -53,7 +53,8 @@ const bool kQueueThreadsOwnDispatches = setenv("LP_NUM_THREADS", "0", 1) == 0;
 // word 0 the release): about 4 s of work unless released, longer than any
 // deadline here.
 absl::StatusOr<std::shared_ptr<const Function>> SpinFunction() {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel, Kernel::FromGlsl("spin", testing::kSpinGlsl));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Kernel> kernel,
+                            Kernel::FromGlsl("spin", testing::kSpinGlsl));
   KernelStep step;
   step.kernel = kernel;
   step.args = {0, 1};
@@ -64,7 +65,7 @@ absl::StatusOr<std::shared_ptr<const Function>> SpinFunction() {
 
 // A program of one gang call running the spin kernel on `mesh`.
 absl::StatusOr<std::shared_ptr<const Program>> SpinProgram(const std::shared_ptr<Mesh>& mesh) {
-  ASSIGN_OR_RETURN(auto fn, SpinFunction());
+  CAUSEWAY_ASSIGN_OR_RETURN(auto fn, SpinFunction());
   ProgramBuilder b("spinner");
   b.Parameter("x", mesh, {1}, DType::kI32);
   b.Call("spin", fn, mesh, {"x"}, {"out"});
@@ -93,8 +94,8 @@ struct Spin {
 absl::StatusOr<Spin> StartSpin(Client& client, const std::shared_ptr<Executable>& exe, const ArrayRef& x,
                                const ExecuteOptions& options = {}) {
   Spin spin;
-  ASSIGN_OR_RETURN(spin.run, client.Execute(exe, {x}, options));
-  ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
+  CAUSEWAY_ASSIGN_OR_RETURN(spin.run, client.Execute(exe, {x}, options));
+  CAUSEWAY_ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
   if (!spin.out->host_coherent()) {
     spin.Release();  // not reached on lavapipe; a device without mapped memory cannot run this test
     return absl::FailedPreconditionError("the spin kernel's output is not mapped host-coherent");
@@ -103,32 +104,32 @@ absl::StatusOr<Spin> StartSpin(Client& client, const std::shared_ptr<Executable>
 }
 
 absl::StatusOr<ArrayRef> SpinInput(Client& client, const std::shared_ptr<Mesh>& mesh) {
-  ASSIGN_OR_RETURN(ArrayRef x, client.CreateArray(mesh, {1}, DType::kI32));
+  CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef x, client.CreateArray(mesh, {1}, DType::kI32));
   const int32_t zero = 0;
-  RETURN_IF_ERROR(x->Upload(&zero, sizeof(zero)));
+  CAUSEWAY_RETURN_IF_ERROR(x->Upload(&zero, sizeof(zero)));
   return x;
 }
 
 // y = a + b on `mesh`, checked against the CPU; `seed` varies the inputs.
 absl::Status AddAndCheck(Client& client, const std::shared_ptr<Mesh>& mesh, int seed) {
   constexpr int kN = 4096;
-  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kN}));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {kN}));
   ProgramBuilder b(absl::StrCat("add-", seed));
   b.Parameter("a", mesh, {kN}, DType::kF32);
   b.Parameter("b", mesh, {kN}, DType::kF32);
   b.Call("add", add, mesh, {"a", "b"}, {"y"});
   b.Output("y");
-  ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, b.Build());
-  ASSIGN_OR_RETURN(auto exe, client.Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Program> program, b.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(auto exe, client.Load(program));
   const std::vector<float> ah = reference::RandomFloats(kN, seed), bh = reference::RandomFloats(kN, seed + 1);
-  ASSIGN_OR_RETURN(ArrayRef a, client.CreateArray(mesh, {kN}, DType::kF32));
-  ASSIGN_OR_RETURN(ArrayRef bb, client.CreateArray(mesh, {kN}, DType::kF32));
-  RETURN_IF_ERROR(a->Upload(ah.data(), ah.size() * sizeof(float)));
-  RETURN_IF_ERROR(bb->Upload(bh.data(), bh.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(Execution run, client.Execute(exe, {a, bb}));
-  RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
+  CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef a, client.CreateArray(mesh, {kN}, DType::kF32));
+  CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef bb, client.CreateArray(mesh, {kN}, DType::kF32));
+  CAUSEWAY_RETURN_IF_ERROR(a->Upload(ah.data(), ah.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(bb->Upload(bh.data(), bh.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(Execution run, client.Execute(exe, {a, bb}));
+  CAUSEWAY_RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
   std::vector<float> got(kN);
-  RETURN_IF_ERROR(run.outputs[0]->Download(got.data(), got.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(run.outputs[0]->Download(got.data(), got.size() * sizeof(float)));
   for (int i = 0; i < kN; ++i) {
     if (got[i] != ah[i] + bh[i]) return absl::InternalError(absl::StrCat("wrong result at ", i));
   }
@@ -339,7 +340,7 @@ struct TwoCalls {
     if (rt == nullptr) return absl::InternalError("no runtime");
     IslandOptions options;
     options.dispatch = DispatchMode::kSynchronous;
-    ASSIGN_OR_RETURN(island, Island::Create(rt.get(), options));
+    CAUSEWAY_ASSIGN_OR_RETURN(island, Island::Create(rt.get(), options));
     island->scheduler().RecordOrder(true);
     island->scheduler().SetSynchronousAwaitHookForTesting([this](ClientId, size_t step) {
       if (!first_inside.HasBeenNotified()) {
@@ -349,11 +350,11 @@ struct TwoCalls {
         spin_inside.Notify();
       }
     });
-    ASSIGN_OR_RETURN(client, island->Connect("canceller"));
-    ASSIGN_OR_RETURN(a, client->AllocateMesh({1}));
-    ASSIGN_OR_RETURN(b, client->AllocateMesh({1}));
-    ASSIGN_OR_RETURN(auto spin, SpinFunction());
-    ASSIGN_OR_RETURN(auto scale, Function::Scale({256}, 2.0f));
+    CAUSEWAY_ASSIGN_OR_RETURN(client, island->Connect("canceller"));
+    CAUSEWAY_ASSIGN_OR_RETURN(a, client->AllocateMesh({1}));
+    CAUSEWAY_ASSIGN_OR_RETURN(b, client->AllocateMesh({1}));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto spin, SpinFunction());
+    CAUSEWAY_ASSIGN_OR_RETURN(auto scale, Function::Scale({256}, 2.0f));
     ProgramBuilder pb("two-calls");
     pb.Parameter("x", a, {1}, DType::kI32);
     pb.Parameter("y", b, {256}, DType::kF32);
@@ -361,16 +362,16 @@ struct TwoCalls {
     pb.Call("twice", scale, b, {"y"}, {"z"});
     pb.Output("out");
     pb.Output("z");
-    ASSIGN_OR_RETURN(auto program, pb.Build());
-    ASSIGN_OR_RETURN(exe, client->Load(program));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto program, pb.Build());
+    CAUSEWAY_ASSIGN_OR_RETURN(exe, client->Load(program));
     ProgramBuilder fb("first");
     fb.Parameter("y", b, {256}, DType::kF32);
     fb.Call("first", scale, b, {"y"}, {"z"});
     fb.Output("z");
-    ASSIGN_OR_RETURN(auto first_program, fb.Build());
-    ASSIGN_OR_RETURN(first, client->Load(first_program));
-    ASSIGN_OR_RETURN(x, SpinInput(*client, a));
-    ASSIGN_OR_RETURN(y, client->CreateArray(b, {256}, DType::kF32));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto first_program, fb.Build());
+    CAUSEWAY_ASSIGN_OR_RETURN(first, client->Load(first_program));
+    CAUSEWAY_ASSIGN_OR_RETURN(x, SpinInput(*client, a));
+    CAUSEWAY_ASSIGN_OR_RETURN(y, client->CreateArray(b, {256}, DType::kF32));
     const std::vector<float> yh = reference::RandomFloats(256, 5);
     return y->Upload(yh.data(), yh.size() * sizeof(float));
   }
@@ -385,7 +386,7 @@ struct TwoCalls {
     spin_queued.Notify();
     if (!run.ok()) return run.status();
     spin.run = *std::move(run);
-    ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
+    CAUSEWAY_ASSIGN_OR_RETURN(spin.out, spin.run.outputs[0]->shard(0));
     if (!spin.out->host_coherent()) {
       spin.Release();
       return absl::FailedPreconditionError("the spin kernel's output is not mapped host-coherent");

@@ -5,11 +5,11 @@
 #include <memory>
 #include <vector>
 
+#include "causeway/runtime/accelerator.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

@@ -5,7 +5,7 @@
 // custom function from a def (FunctionFromDef), whose checks are Create's.
 // A kernel may never write a function's input: a step that binds an input
 // where its kernel may write would overwrite the caller's array.
-#include "scheduler/function.h"
+#include "causeway/scheduler/function.h"
 
 #include <cstring>
 #include <functional>
@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
+#include "causeway/scheduler/program_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/kernel.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
-#include "scheduler/program_def.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

@@ -1,12 +1,12 @@
 // Meshes and the resource manager: placement on distinct accelerators, load
 // balancing, refusals, and giving everything back.
-#include "scheduler/mesh.h"
+#include "causeway/scheduler/mesh.h"
 
 #include <set>
 
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

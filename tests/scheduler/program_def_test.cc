@@ -5,7 +5,7 @@
 // channels given by id; text round-trips; malformed text and
 // defs give errors that name the offender; random mutations of a serialized
 // def never crash BuildProgram.
-#include "scheduler/program_def.h"
+#include "causeway/scheduler/program_def.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -23,15 +23,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/local_channel.h"
+#include "causeway/shaders/builtin_shaders.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "runtime/builtin_kernels.h"
-#include "runtime/reference.h"
-#include "scheduler/island.h"
-#include "scheduler/local_channel.h"
-#include "shaders/builtin_shaders.h"
 #include "tests/testing/pipeline_program.h"
 #include "tests/testing/test_support.h"
 
@@ -255,25 +255,26 @@ class ProgramDefTest : public ::testing::Test {
 
   // Runs `program` once on `inputs` (by parameter name); its outputs by name.
   absl::StatusOr<HostValues> Run(const std::shared_ptr<const Program>& program, const HostValues& inputs) {
-    ASSIGN_OR_RETURN(auto exe, client_->Load(program));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto exe, client_->Load(program));
     std::vector<ArrayRef> arrays;
     for (int id : program->parameters()) {
       const ProgramValue& v = program->values()[id];
-      ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
+      CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array,
+                                client_->CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
       const std::vector<float>& host = inputs.at(v.name);
       if (host.size() != static_cast<size_t>(NumElements(v.shape))) {
         return absl::InternalError(absl::StrCat("test input '", v.name, "' has the wrong size"));
       }
-      RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
+      CAUSEWAY_RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
       arrays.push_back(std::move(array));
     }
-    ASSIGN_OR_RETURN(Execution run, client_->Execute(exe, arrays));
-    RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
+    CAUSEWAY_ASSIGN_OR_RETURN(Execution run, client_->Execute(exe, arrays));
+    CAUSEWAY_RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
     HostValues out;
     for (size_t o = 0; o < program->outputs().size(); ++o) {
       const ProgramValue& v = program->values()[program->outputs()[o]];
       std::vector<float> host(NumElements(v.shape));
-      RETURN_IF_ERROR(run.outputs[o]->Download(host.data(), host.size() * sizeof(float)));
+      CAUSEWAY_RETURN_IF_ERROR(run.outputs[o]->Download(host.data(), host.size() * sizeof(float)));
       out[v.name] = std::move(host);
     }
     return out;
@@ -281,16 +282,17 @@ class ProgramDefTest : public ::testing::Test {
 
   // Runs `program` once on inputs of zeros.
   absl::Status RunZeros(const std::shared_ptr<const Program>& program) {
-    ASSIGN_OR_RETURN(auto exe, client_->Load(program));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto exe, client_->Load(program));
     std::vector<ArrayRef> arrays;
     for (int id : program->parameters()) {
       const ProgramValue& v = program->values()[id];
-      ASSIGN_OR_RETURN(ArrayRef array, client_->CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
+      CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array,
+                                client_->CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
       std::vector<uint8_t> zeros(NumElements(v.shape) * DTypeSize(v.dtype));
-      RETURN_IF_ERROR(array->Upload(zeros.data(), zeros.size()));
+      CAUSEWAY_RETURN_IF_ERROR(array->Upload(zeros.data(), zeros.size()));
       arrays.push_back(std::move(array));
     }
-    ASSIGN_OR_RETURN(Execution run, client_->Execute(exe, arrays));
+    CAUSEWAY_ASSIGN_OR_RETURN(Execution run, client_->Execute(exe, arrays));
     return run.Await(absl::Now() + kRunTimeout);
   }
 

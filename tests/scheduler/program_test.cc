@@ -1,10 +1,10 @@
 // Programs end to end: build, validate, lower, run on the gang scheduler.
-#include "scheduler/program.h"
+#include "causeway/scheduler/program.h"
 
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/reference.h"
-#include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

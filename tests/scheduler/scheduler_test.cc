@@ -27,13 +27,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/status.h"
+#include "causeway/base/trace.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/gang_scheduler.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "scheduler/gang_scheduler.h"
-#include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -81,9 +81,9 @@ struct Chain {
     return x;
   }
   absl::StatusOr<ArrayRef> NewInput(Client& client, const std::vector<float>& x) const {
-    ASSIGN_OR_RETURN(ArrayRef a,
-                     client.CreateArray(meshes[0], {rows, k}, DType::kF32, Sharding::Split(0), "x0"));
-    RETURN_IF_ERROR(a->Upload(x.data(), x.size() * sizeof(float)));
+    CAUSEWAY_ASSIGN_OR_RETURN(
+        ArrayRef a, client.CreateArray(meshes[0], {rows, k}, DType::kF32, Sharding::Split(0), "x0"));
+    CAUSEWAY_RETURN_IF_ERROR(a->Upload(x.data(), x.size() * sizeof(float)));
     return a;
   }
   std::vector<ArrayRef> Inputs(ArrayRef x) const {
@@ -106,26 +106,27 @@ absl::StatusOr<Chain> MakeChain(Client& client, const std::string& name,
   for (size_t s = 0; s < c.meshes.size(); ++s) {
     const auto& mesh = c.meshes[s];
     std::string wn = absl::StrCat("w", s);
-    ASSIGN_OR_RETURN(auto mm, Function::Matmul(rows / mesh->size(), k, k));
+    CAUSEWAY_ASSIGN_OR_RETURN(auto mm, Function::Matmul(rows / mesh->size(), k, k));
     b.Parameter(wn, mesh, {k, k}, DType::kF32, Sharding::Replicated());
     b.Call(absl::StrCat("stage", s), mm, mesh, {absl::StrCat("x", s), wn}, {absl::StrCat("x", s + 1)});
     c.host_w.push_back(reference::RandomFloats(size_t{k} * k, seed + s, -0.3f, 0.3f));
-    ASSIGN_OR_RETURN(ArrayRef wa, client.CreateArray(mesh, {k, k}, DType::kF32, Sharding::Replicated(),
-                                                     absl::StrCat(name, ":", wn)));
-    RETURN_IF_ERROR(wa->Upload(c.host_w.back().data(), c.host_w.back().size() * sizeof(float)));
+    CAUSEWAY_ASSIGN_OR_RETURN(
+        ArrayRef wa,
+        client.CreateArray(mesh, {k, k}, DType::kF32, Sharding::Replicated(), absl::StrCat(name, ":", wn)));
+    CAUSEWAY_RETURN_IF_ERROR(wa->Upload(c.host_w.back().data(), c.host_w.back().size() * sizeof(float)));
     c.w.push_back(std::move(wa));
   }
   b.Output(absl::StrCat("x", c.meshes.size()));
-  ASSIGN_OR_RETURN(c.program, b.Build());
-  ASSIGN_OR_RETURN(c.exe, client.Load(c.program));
+  CAUSEWAY_ASSIGN_OR_RETURN(c.program, b.Build());
+  CAUSEWAY_ASSIGN_OR_RETURN(c.exe, client.Load(c.program));
   return c;
 }
 
 // Downloads a run's first output after awaiting it (bounded).
 absl::StatusOr<std::vector<float>> Result(const Execution& run, const Chain& chain) {
-  RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
+  CAUSEWAY_RETURN_IF_ERROR(run.Await(absl::Now() + kRunTimeout));
   std::vector<float> out(size_t{chain.rows} * chain.k);
-  RETURN_IF_ERROR(run.outputs[0]->Download(out.data(), out.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(run.outputs[0]->Download(out.data(), out.size() * sizeof(float)));
   return out;
 }
 

@@ -4,7 +4,7 @@
 // island, with many runs in flight and no deadlock; the parts follow one
 // global order; layouts a channel cannot carry are resharded on both sides;
 // malformed defs are refused with errors that name the offender.
-#include "scheduler/split.h"
+#include "causeway/scheduler/split.h"
 
 #include <cstdio>
 #include <cstring>
@@ -18,12 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/local_channel.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "runtime/reference.h"
-#include "scheduler/island.h"
-#include "scheduler/local_channel.h"
 #include "tests/testing/program_defs.h"
 #include "tests/testing/test_support.h"
 
@@ -124,10 +124,10 @@ absl::Status LoadPart(Loaded& loaded, const std::shared_ptr<Client>& client, con
                       const absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>>& channels) {
   MeshMap meshes;
   for (const MeshDef& m : def.meshes()) {
-    ASSIGN_OR_RETURN(meshes[m.name()], client->AllocateMesh({m.dims().begin(), m.dims().end()}));
+    CAUSEWAY_ASSIGN_OR_RETURN(meshes[m.name()], client->AllocateMesh({m.dims().begin(), m.dims().end()}));
   }
-  ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
-  ASSIGN_OR_RETURN(auto executable, client->Load(program));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto executable, client->Load(program));
   loaded.clients.push_back(client);
   loaded.programs.push_back(std::move(program));
   loaded.executables.push_back(std::move(executable));
@@ -144,7 +144,7 @@ absl::StatusOr<Loaded> LoadSplit(const ProgramDef& def, const SplitProgram& spli
     loaded.channels.push_back(std::move(channel));
   }
   for (const ProgramPart& part : split.parts) {
-    RETURN_IF_ERROR(LoadPart(loaded, islands.client(part.island, controller), part.def, channels));
+    CAUSEWAY_RETURN_IF_ERROR(LoadPart(loaded, islands.client(part.island, controller), part.def, channels));
   }
   loaded.outputs = split.outputs;
   loaded.output_names = {def.outputs().begin(), def.outputs().end()};
@@ -155,7 +155,7 @@ absl::StatusOr<Loaded> LoadSplit(const ProgramDef& def, const SplitProgram& spli
 absl::StatusOr<Loaded> LoadWhole(ProgramDef def, const std::shared_ptr<Client>& client) {
   for (MeshDef& m : *def.mutable_meshes()) m.clear_island();
   Loaded loaded;
-  RETURN_IF_ERROR(LoadPart(loaded, client, def, {}));
+  CAUSEWAY_RETURN_IF_ERROR(LoadPart(loaded, client, def, {}));
   for (int o = 0; o < def.outputs_size(); ++o) loaded.outputs.emplace_back(0, o);
   loaded.output_names = {def.outputs().begin(), def.outputs().end()};
   return loaded;
@@ -179,12 +179,14 @@ absl::StatusOr<std::vector<HostValues>> RunAll(const Loaded& loaded, const std::
       std::vector<ArrayRef> arrays;
       for (int id : program.parameters()) {
         const ProgramValue& v = program.values()[id];
-        ASSIGN_OR_RETURN(ArrayRef array, client.CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
+        CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array,
+                                  client.CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
         const std::vector<float>& host = inputs[r].at(v.name);
-        RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
+        CAUSEWAY_RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
         arrays.push_back(std::move(array));
       }
-      ASSIGN_OR_RETURN(runs[r][p], client.Execute(loaded.executables[p], arrays, {.tag = first_tag + r}));
+      CAUSEWAY_ASSIGN_OR_RETURN(runs[r][p],
+                                client.Execute(loaded.executables[p], arrays, {.tag = first_tag + r}));
     }
   }
   std::vector<HostValues> out(inputs.size());
@@ -199,7 +201,7 @@ absl::StatusOr<std::vector<HostValues>> RunAll(const Loaded& loaded, const std::
       const auto [p, i] = loaded.outputs[o];
       const ArrayRef& array = runs[r][p].outputs[i];
       std::vector<float> host(NumElements(array->shape()));
-      RETURN_IF_ERROR(array->Download(host.data(), host.size() * sizeof(float)));
+      CAUSEWAY_RETURN_IF_ERROR(array->Download(host.data(), host.size() * sizeof(float)));
       out[r][loaded.output_names[o]] = std::move(host);
     }
   }
@@ -410,14 +412,15 @@ TEST(SplitTest, ControllersQueuedInOppositeOrdersOnTwoIslandsDoNotDeadlock) {
     std::vector<ArrayRef> arrays;
     for (int id : program.parameters()) {
       const ProgramValue& v = program.values()[id];
-      ASSIGN_OR_RETURN(ArrayRef array, client.CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
+      CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array,
+                                client.CreateArray(v.mesh, v.shape, v.dtype, v.sharding, v.name));
       const std::vector<float>& host = inputs[round][c].at(v.name);
-      RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
+      CAUSEWAY_RETURN_IF_ERROR(array->Upload(host.data(), host.size() * sizeof(float)));
       arrays.push_back(std::move(array));
     }
     runs[round][c].resize(2);
-    ASSIGN_OR_RETURN(runs[round][c][part],
-                     client.Execute(loaded.executables[part], arrays, {.tag = uint64_t(round + 1)}));
+    CAUSEWAY_ASSIGN_OR_RETURN(runs[round][c][part],
+                              client.Execute(loaded.executables[part], arrays, {.tag = uint64_t(round + 1)}));
     return absl::OkStatus();
   };
   RunConcurrently(

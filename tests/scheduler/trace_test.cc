@@ -1,6 +1,8 @@
 // Traces of a known program: the file is Chrome trace JSON with the tracks,
 // events, flows, gang calls and counters that docs/trace-format.md promises,
 // and device times sit on the host clock.
+#include "causeway/base/trace.h"
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -12,13 +14,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/island.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "runtime/trace.h"
-#include "scheduler/island.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

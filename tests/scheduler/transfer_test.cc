@@ -1,19 +1,19 @@
-// Transfer plans (scheduler/transfer.h) between meshes and shardings, read
+// Transfer plans (causeway/scheduler/transfer.h) between meshes and shardings, read
 // as data: which source position each target copies from, and the byte
 // regions, all worked out by hand from the shards' row-major layouts. The
 // copies themselves run in reshard_test.cc.
-#include "scheduler/transfer.h"
+#include "causeway/scheduler/transfer.h"
 
 #include <memory>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "causeway/runtime/runtime.h"
+#include "causeway/scheduler/array.h"
+#include "causeway/scheduler/mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/runtime.h"
-#include "scheduler/array.h"
-#include "scheduler/mesh.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/scheduler/array.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/builtin_kernels.h"
-#include "scheduler/array.h"
-#include "scheduler/function.h"
-#include "scheduler/island.h"
-#include "scheduler/program.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {

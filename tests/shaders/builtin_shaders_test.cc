@@ -1,4 +1,4 @@
-#include "shaders/builtin_shaders.h"
+#include "causeway/shaders/builtin_shaders.h"
 
 #include <cstdint>
 #include <map>

@@ -20,10 +20,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "runtime/reference.h"
-#include "runtime/status.h"
-#include "scheduler/array.h"
-#include "scheduler/collectives.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/scheduler/array.h"
+#include "causeway/scheduler/collectives.h"
 
 namespace causeway::testing {
 
@@ -143,11 +143,11 @@ std::string Mismatch(const std::vector<T>& got, const std::vector<T>& want, bool
 // DeadlineExceeded after `timeout` (a hung device).
 template <typename T>
 absl::StatusOr<std::vector<T>> ShardOf(const Array& a, int d, absl::Duration timeout = absl::Seconds(20)) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, a.shard(d));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> buffer, a.shard(d));
   auto out = std::make_shared<std::vector<T>>(a.shard_bytes() / sizeof(T));
   Future<> done = a.mesh()->device(d)->Download(buffer, out->data(), a.shard_bytes(), 0, {a.ShardReady(d)});
   done.OnReady([out](const absl::Status&) {});  // keeps `out` alive past a timeout
-  RETURN_IF_ERROR(done.AwaitStatus(absl::Now() + timeout));
+  CAUSEWAY_RETURN_IF_ERROR(done.AwaitStatus(absl::Now() + timeout));
   return *out;
 }
 

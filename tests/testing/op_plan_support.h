@@ -1,4 +1,4 @@
-// Reading operation plans (runtime/op_plan.h) in tests: operands as (name,
+// Reading operation plans (causeway/kernels/op_plan.h) in tests: operands as (name,
 // bytes) pairs and push constants as 32-bit words, for gmock matchers.
 #ifndef CAUSEWAY_TESTS_TESTING_OP_PLAN_SUPPORT_H_
 #define CAUSEWAY_TESTS_TESTING_OP_PLAN_SUPPORT_H_
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/op_plan.h"
+#include "causeway/kernels/op_plan.h"
 
 namespace causeway::testing {
 

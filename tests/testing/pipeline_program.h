@@ -16,19 +16,19 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "runtime/status.h"
-#include "scheduler/function.h"
-#include "scheduler/mesh.h"
-#include "scheduler/program.h"
+#include "causeway/base/status.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/mesh.h"
+#include "causeway/scheduler/program.h"
 
 namespace causeway::testing {
 
 inline absl::StatusOr<std::shared_ptr<const Program>> PipelineInCpp(const std::shared_ptr<Mesh>& a,
                                                                     const std::shared_ptr<Mesh>& b) {
-  ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {4, 16}));
-  ASSIGN_OR_RETURN(auto half, Function::Scale({4, 16}, 0.5f));
-  ASSIGN_OR_RETURN(auto mm, Function::Matmul(8, 16, 16));
-  ASSIGN_OR_RETURN(auto acc3, Function::RepeatedAdd({4, 16}, 3));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto add, Function::Elementwise("add", {4, 16}));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto half, Function::Scale({4, 16}, 0.5f));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto mm, Function::Matmul(8, 16, 16));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto acc3, Function::RepeatedAdd({4, 16}, 3));
   ProgramBuilder pb("pipeline");
   pb.Parameter("x", a, {8, 16}, DType::kF32, Sharding::Split(0));
   pb.Parameter("y", a, {8, 16}, DType::kF32, Sharding::Split(0));

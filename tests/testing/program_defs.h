@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "runtime/kernel.h"
-#include "scheduler/function.h"
-#include "scheduler/program_def.h"
-#include "scheduler/program_def.pb.h"
+#include "causeway/runtime/kernel.h"
+#include "causeway/scheduler/function.h"
+#include "causeway/scheduler/program_def.h"
+#include "causeway/scheduler/program_def.pb.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway::testing {

@@ -24,9 +24,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "runtime/instance.h"
-#include "runtime/kernel.h"
-#include "runtime/status.h"
+#include "causeway/base/env.h"
+#include "causeway/base/status.h"
+#include "causeway/runtime/instance.h"
+#include "causeway/runtime/kernel.h"
 
 extern char** environ;
 

@@ -18,11 +18,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/reference.h"
+#include "causeway/runtime/runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/reference.h"
-#include "runtime/runtime.h"
-#include "runtime/status.h"
 
 namespace causeway::testing {
 
@@ -40,7 +40,7 @@ bool TestValidation();
 std::string ValidationFlag();
 
 // Where the causeway binary, the shipped data (data/) and the source tree
-// (examples/, shaders/) are: where the build put them, unless
+// (examples/, causeway/shaders/) are: where the build put them, unless
 // CAUSEWAY_TEST_CLI, CAUSEWAY_TEST_DATA_DIR or CAUSEWAY_TEST_SOURCE_DIR say
 // otherwise (a packed suite run on another machine, scripts/gpu-check.sh).
 const char* CliPath();

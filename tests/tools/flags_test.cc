@@ -163,7 +163,7 @@ TEST(RuntimeFlagsTest, FillOptions) {
 TEST(RuntimeFlagsTest, RefusesBadValues) {
   auto options = [](std::vector<std::string> args) -> absl::StatusOr<RuntimeOptions> {
     Flags flags(RuntimeFlagSpecs());
-    RETURN_IF_ERROR(flags.Parse(args));
+    CAUSEWAY_RETURN_IF_ERROR(flags.Parse(args));
     return RuntimeOptionsFromFlags(flags);
   };
   EXPECT_ERROR(options({"--accelerators=0"}), absl::StatusCode::kInvalidArgument,

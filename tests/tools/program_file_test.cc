@@ -30,16 +30,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/runtime/accelerator.h"
+#include "causeway/scheduler/island.h"
+#include "causeway/scheduler/program_def.h"
+#include "causeway/shaders/builtin_shaders.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "runtime/accelerator.h"
-#include "scheduler/island.h"
-#include "scheduler/program_def.h"
-#include "shaders/builtin_shaders.h"
 #include "tests/testing/pipeline_program.h"
 #include "tests/testing/test_support.h"
-#include "transport/island_process.h"
 
 namespace causeway::cli {
 namespace {
@@ -89,7 +89,7 @@ absl::StatusOr<ProgramFileResult> RunOn(Runtime& runtime, const ProgramFile& fil
                                         const ProgramFileRunOptions& options = {}) {
   IslandOptions island_options;
   island_options.runs_in_flight = 4;
-  ASSIGN_OR_RETURN(auto island, Island::Create(&runtime, island_options));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto island, Island::Create(&runtime, island_options));
   return RunProgramFile(file, *island, options);
 }
 
@@ -314,7 +314,7 @@ TEST(ProgramFileTest, KernelFilesResolveRelativeToTheFile) {
   const std::string spv = BuiltinSpirvBytes("add");
   WriteFile(dir / "sub" / "kernels" / "add.spv", spv);
   WriteFile(dir / "sub" / "kernels" / "add.comp",
-            ReadFile(fs::path(::causeway::testing::SourceDir()) / "shaders" / "add.comp"));
+            ReadFile(fs::path(::causeway::testing::SourceDir()) / "causeway" / "shaders" / "add.comp"));
   auto rt = MakeRuntime(2);
   ASSERT_NE(rt, nullptr);
   for (const char* kernel : {"spirv_file: \"kernels/add.spv\"", "glsl_file: \"kernels/add.comp\""}) {

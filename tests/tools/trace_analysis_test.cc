@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/trace.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway::cli {

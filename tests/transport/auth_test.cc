@@ -1,4 +1,4 @@
-#include "transport/auth.h"
+#include "causeway/transport/auth.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

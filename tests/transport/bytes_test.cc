@@ -1,7 +1,7 @@
-// The wire formats' field writer and reader (transport/bytes.h): byte order
+// The wire formats' field writer and reader (causeway/transport/bytes.h): byte order
 // fixed as little-endian whatever the host's, and a reader that never reads
 // past its end nor takes anything on a short read.
-#include "transport/bytes.h"
+#include "causeway/transport/bytes.h"
 
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-#include "transport/connection.h"
+#include "causeway/transport/connection.h"
 
 #include <signal.h>
 #include <sys/types.h>
@@ -33,14 +33,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "causeway/transport/control.pb.h"
+#include "causeway/transport/frame.h"
+#include "causeway/transport/handshake.h"
+#include "causeway/transport/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
 #include "tests/transport/loopback.h"
-#include "transport/control.pb.h"
-#include "transport/frame.h"
-#include "transport/handshake.h"
-#include "transport/socket.h"
 
 namespace causeway::transport {
 namespace {

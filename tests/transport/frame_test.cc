@@ -1,4 +1,4 @@
-#include "transport/frame.h"
+#include "causeway/transport/frame.h"
 
 #include <array>
 #include <cstdint>
@@ -11,11 +11,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "causeway/transport/bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
 #include "tests/transport/loopback.h"
-#include "transport/bytes.h"
 
 namespace causeway::transport {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/handshake.h"
+#include "causeway/transport/handshake.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -19,11 +19,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "causeway/transport/frame.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
 #include "tests/transport/loopback.h"
-#include "transport/frame.h"
 
 namespace causeway::transport {
 namespace {

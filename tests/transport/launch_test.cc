@@ -1,4 +1,4 @@
-#include "transport/launch.h"
+#include "causeway/transport/launch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,14 +24,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/transport/connection.h"
+#include "causeway/transport/control.pb.h"
+#include "causeway/transport/handshake.h"
+#include "causeway/transport/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
 #include "tests/transport/loopback.h"
-#include "transport/connection.h"
-#include "transport/control.pb.h"
-#include "transport/handshake.h"
-#include "transport/socket.h"
 
 namespace causeway::transport {
 namespace {
@@ -566,7 +566,7 @@ class Coordinator {
  public:
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const SocketAddress& address,
                                                             IslandRegistry* registry) {
-    ASSIGN_OR_RETURN(Socket listener, Socket::Listen(address, 64));
+    CAUSEWAY_ASSIGN_OR_RETURN(Socket listener, Socket::Listen(address, 64));
     return std::unique_ptr<Coordinator>(new Coordinator(std::move(listener), registry));
   }
   ~Coordinator() {

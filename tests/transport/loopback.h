@@ -12,8 +12,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "runtime/status.h"
-#include "transport/socket.h"
+#include "causeway/base/status.h"
+#include "causeway/transport/socket.h"
 
 namespace causeway::transport::testing {
 
@@ -26,7 +26,7 @@ inline absl::Span<const uint8_t> AsBytes(absl::string_view text) {
 
 // A listener on 127.0.0.1 at a port the kernel picked.
 inline absl::StatusOr<Socket> ListenOnLoopback() {
-  ASSIGN_OR_RETURN(SocketAddress any_port, SocketAddress::Parse("127.0.0.1:0"));
+  CAUSEWAY_ASSIGN_OR_RETURN(SocketAddress any_port, SocketAddress::Parse("127.0.0.1:0"));
   return Socket::Listen(any_port, 16);
 }
 
@@ -42,10 +42,10 @@ struct SocketPair {
   Socket server;
 };
 inline absl::StatusOr<SocketPair> ConnectedPair() {
-  ASSIGN_OR_RETURN(Socket listener, ListenOnLoopback());
-  ASSIGN_OR_RETURN(SocketAddress address, AddressOf(listener));
-  ASSIGN_OR_RETURN(Socket client, Socket::Connect(address, In(absl::Seconds(5))));
-  ASSIGN_OR_RETURN(Socket server, listener.Accept(In(absl::Seconds(5))));
+  CAUSEWAY_ASSIGN_OR_RETURN(Socket listener, ListenOnLoopback());
+  CAUSEWAY_ASSIGN_OR_RETURN(SocketAddress address, AddressOf(listener));
+  CAUSEWAY_ASSIGN_OR_RETURN(Socket client, Socket::Connect(address, In(absl::Seconds(5))));
+  CAUSEWAY_ASSIGN_OR_RETURN(Socket server, listener.Accept(In(absl::Seconds(5))));
   return SocketPair{std::move(client), std::move(server)};
 }
 

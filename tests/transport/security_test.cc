@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <regex>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "causeway/base/status.h"
+#include "causeway/distributed/controller.h"
+#include "causeway/distributed/island_process.h"
+#include "causeway/transport/auth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/status.h"
 #include "tests/testing/test_support.h"
-#include "transport/auth.h"
-#include "transport/controller.h"
-#include "transport/island_process.h"
 
 namespace causeway::transport {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/socket.h"
+#include "causeway/transport/socket.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -9,12 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/kernel.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
-#include "scheduler/function.h"
-#include "transport/controller.h"
-#include "transport/island_server.h"
+#include "causeway/causeway.h"
 
 // The package's targets bring C++20; this project asks for no standard.
 static_assert(__cplusplus >= 202002L, "causeway::causeway should compile its users with C++20");

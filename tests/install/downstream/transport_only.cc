@@ -1,11 +1,10 @@
 // Links only causeway::transport: a connection to a port where nothing
 // listens must fail with an error, and the program must link at all (its
-// connections use the tracer, which is in the runtime library).
+// connections use the tracer, which is in the base library, and no Vulkan).
 #include <cstdio>
 
 #include "absl/status/status.h"
-#include "transport/connection.h"
-#include "transport/socket.h"
+#include "causeway/transport.h"
 
 int main() {
   absl::StatusOr<causeway::transport::SocketAddress> nowhere =

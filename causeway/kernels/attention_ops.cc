@@ -1,0 +1,138 @@
+#include "causeway/kernels/attention_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "causeway/base/status.h"
+#include "causeway/kernels/builtin_kernels.h"
+#include "causeway/kernels/op_plan.h"
+#include "causeway/runtime/accelerator.h"
+
+namespace causeway::ops {
+namespace {
+
+// Query (forward, backward pass 1) or key (backward pass 0) rows per
+// workgroup at the kernels' default workgroup sizes (attention: 16 invocations,
+// one per row; attention_backward: 64, four per row).
+constexpr uint32_t kRowsPerGroup = 16;
+// The dot pre-pass's workgroup size (its default).
+constexpr uint32_t kDotLocal = 256;
+// Shared memory the kernels declare (see their header comments).
+constexpr uint32_t kForwardSharedBytes = 17 * 1024;
+constexpr uint32_t kBackwardSharedBytes = 25 * 1024;
+
+// Push constants of attention and attention_backward.
+struct AttentionParams {
+  uint32_t seq_len;
+  uint32_t head_dim;
+  float scale;
+};
+// Push constants of attention_backward_dot.
+struct AttentionDotParams {
+  uint32_t rows;
+  uint32_t head_dim;
+};
+
+absl::Status CheckShape(const char* op, const AttentionShape& s) {
+  if (s.batch == 0 || s.heads == 0 || s.seq_len == 0 || s.head_dim == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": batch, heads, seq_len and head_dim must be > 0, got ", s.batch, ", ", s.heads,
+                     ", ", s.seq_len, ", ", s.head_dim));
+  }
+  if (s.head_dim > kMaxAttentionHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": head_dim must be at most ", kMaxAttentionHeadDim, ", got ", s.head_dim));
+  }
+  // The kernels index with 32-bit words.
+  if (s.elements() > (uint64_t{1} << 32) - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": tensors of at most 2^32 - 1 elements, got ", s.elements()));
+  }
+  // Every Vulkan device dispatches 65535 groups in y; more is checked
+  // against the device when recorded.
+  if (uint64_t{s.batch} * s.heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": batch * heads must be at most 65535, got ",
+                                                   uint64_t{s.batch} * s.heads));
+  }
+  return absl::OkStatus();
+}
+
+// What the device must offer to run the kernel.
+absl::Status CheckDevice(const char* op, CommandList& list, uint32_t shared_bytes) {
+  const VkPhysicalDeviceLimits& limits = list.accelerator()->info().limits;
+  if (limits.maxComputeSharedMemorySize < shared_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(op, ": the kernel needs ", shared_bytes,
+                                                      " bytes of shared memory, the device has ",
+                                                      limits.maxComputeSharedMemorySize));
+  }
+  return absl::OkStatus();
+}
+
+std::string Name(const char* op, const AttentionShape& s) {
+  return absl::StrCat(op, " [", s.batch, ", ", s.heads, ", ", s.seq_len, ", ", s.head_dim, "]");
+}
+
+OpPlan::Operand Floats(const char* name, uint64_t elements) { return {name, elements * 4}; }
+
+AttentionParams Params(const AttentionShape& s) {
+  return AttentionParams{s.seq_len, s.head_dim, 1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+}
+
+std::array<uint32_t, 3> Groups(const AttentionShape& s) {
+  return {(s.seq_len + kRowsPerGroup - 1) / kRowsPerGroup, s.batch * s.heads, 1};
+}
+
+}  // namespace
+
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape) {
+  constexpr const char* kOp = "attention";
+  CAUSEWAY_RETURN_IF_ERROR(CheckShape(kOp, shape));
+  const uint64_t n = shape.elements();
+  OpPlan plan{Name(kOp, shape),
+              {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("lse", shape.rows())},
+              {}};
+  plan.launches.push_back({"attention", {0, 1, 2, 3, 4}, PushBytes(Params(shape)), Groups(shape), {}});
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
+  constexpr const char* kOp = "attention_backward";
+  CAUSEWAY_RETURN_IF_ERROR(CheckShape(kOp, shape));
+  const uint64_t n = shape.elements();
+  const uint64_t rows = shape.rows();
+  OpPlan plan{Name(kOp, shape),
+              {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("d_out", n),
+               Floats("lse", rows), Floats("delta", rows), Floats("dq", n), Floats("dk", n), Floats("dv", n)},
+              {}};
+  plan.launches.push_back({"attention_backward_dot", {3, 4, 6},
+                           PushBytes(AttentionDotParams{static_cast<uint32_t>(rows), shape.head_dim}),
+                           Groups1D(rows, kDotLocal), {}});
+  // Pass 0 writes dk and dv, pass 1 dq (specialization constant 1).
+  for (uint32_t pass : {0u, 1u}) {
+    plan.launches.push_back(
+        {"attention_backward", {0, 1, 2, 4, 5, 6, 7, 8, 9}, PushBytes(Params(shape)), Groups(shape), {{1, pass}}});
+  }
+  return plan;
+}
+
+absl::Status AttentionForward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
+                              const BufferArg& out, const BufferArg& lse, const AttentionShape& shape) {
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionForward(shape));
+  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention", list, kForwardSharedBytes));
+  return Record(list, plan, {q, k, v, out, lse});
+}
+
+absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
+                               const BufferArg& out, const BufferArg& d_out, const BufferArg& lse,
+                               const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
+                               const BufferArg& dv, const AttentionShape& shape) {
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionBackward(shape));
+  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention_backward", list, kBackwardSharedBytes));
+  return Record(list, plan, {q, k, v, out, d_out, lse, delta, dq, dk, dv});
+}
+
+}  // namespace causeway::ops

@@ -1,0 +1,71 @@
+// Recording helpers for the causal self-attention kernels (shaders/
+// attention*.comp): each appends the dispatches of one operation to a command
+// list, with the workgroup counts the kernels' header comments prescribe.
+//
+// Tensors are f32 [batch, heads, T, head_dim], row-major and densely packed
+// (a [batch, T, heads, head_dim] projection must be transposed first); the
+// per-row logsumexp is [batch, heads, T]. The scale is 1 / sqrt(head_dim).
+//
+// Example (one training step's attention):
+//   AttentionShape shape{.batch = 2, .heads = 4, .seq_len = 128, .head_dim = 64};
+//   CAUSEWAY_RETURN_IF_ERROR(ops::AttentionForward(*list, q, k, v, out, lse, shape));
+//   ...
+//   CAUSEWAY_RETURN_IF_ERROR(ops::AttentionBackward(*list, q, k, v, out, d_out, lse, delta,
+//                                          dq, dk, dv, shape));
+#ifndef CAUSEWAY_KERNELS_ATTENTION_OPS_H_
+#define CAUSEWAY_KERNELS_ATTENTION_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "causeway/kernels/op_plan.h"
+#include "causeway/runtime/command_list.h"
+
+namespace causeway {
+
+// The sizes of one attention call: all must be > 0, head_dim at most
+// kMaxAttentionHeadDim, batch * heads at most the device's workgroup count
+// limit in y (65535 at least).
+struct AttentionShape {
+  uint32_t batch = 1;
+  uint32_t heads = 1;
+  uint32_t seq_len = 1;  // T
+  uint32_t head_dim = 1;
+  // Floats of a [batch, heads, T, head_dim] tensor and of a [batch, heads, T] one.
+  uint64_t elements() const { return rows() * head_dim; }
+  uint64_t rows() const { return uint64_t{batch} * heads * seq_len; }
+};
+
+inline constexpr uint32_t kMaxAttentionHeadDim = 128;
+
+namespace ops {
+
+// out = softmax(q k^T / sqrt(head_dim), causal) v and lse = the rows'
+// logsumexp of the scaled scores, one fused dispatch (never T x T in memory).
+// q, k, v, out hold shape.elements() floats, lse shape.rows(). `out` and
+// `lse` must not overlap the inputs.
+absl::Status AttentionForward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
+                              const BufferArg& out, const BufferArg& lse, const AttentionShape& shape);
+
+// dq, dk, dv: the gradients of sum(d_out * out) for out = AttentionForward(q,
+// k, v), from the forward's `out` and `lse`. Three dispatches: delta =
+// rowsum(d_out * out) into `delta` (shape.rows() floats of scratch), then dk
+// and dv, then dq. Deterministic: no atomics, the same bits every run.
+// The outputs must not overlap the inputs or each other.
+absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
+                               const BufferArg& out, const BufferArg& d_out, const BufferArg& lse,
+                               const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
+                               const BufferArg& dv, const AttentionShape& shape);
+
+// The same as plans (op_plan.h), for functions of programs. Forward's
+// operands: q, k, v, out, lse; backward's: q, k, v, out, d_out, lse, delta,
+// dq, dk, dv. A device must offer 17 KiB (forward) and 25 KiB (backward) of
+// shared memory; the helpers above check it, a program's dispatch fails.
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape);
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape);
+
+}  // namespace ops
+}  // namespace causeway
+
+#endif  // CAUSEWAY_KERNELS_ATTENTION_OPS_H_

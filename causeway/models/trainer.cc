@@ -1,0 +1,401 @@
+#include "causeway/models/trainer.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "causeway/base/status.h"
+#include "causeway/client/device_info.h"
+
+namespace causeway::models {
+
+// What the trainer holds on the client: meshes, programs and arrays by
+// index or handle, and for each array the run that writes it (its failure
+// is the array's).
+class Trainer::Arrays {
+ public:
+  Arrays(client::Client* client, absl::Duration timeout) : client_(client), timeout_(timeout) {}
+
+  // Plans for the first island's device, unless islands differ in kind.
+  absl::Status Init() {
+    if (client_ == nullptr || client_->island_count() == 0) {
+      return absl::InvalidArgumentError("trainer: a client with at least one island is needed");
+    }
+    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
+    for (const client::Device& d : devices) {
+      if (!device_) {
+        device_ = client::InfoFrom(d);
+      } else if (DeviceTypeName(device_->type) != d.type || device_->subgroup_size != d.subgroup_size) {
+        device_.reset();  // plan what runs on every island
+        break;
+      }
+    }
+    return absl::OkStatus();
+  }
+  const PhysicalDeviceInfo* device() const { return device_ ? &*device_ : nullptr; }
+
+  absl::StatusOr<int> AllocateMesh(int replica, int size) {
+    CAUSEWAY_ASSIGN_OR_RETURN(client::Mesh mesh,
+                              client_->AllocateMesh(replica % client_->island_count(), {size}));
+    meshes_.push_back(std::move(mesh));
+    return static_cast<int>(meshes_.size()) - 1;
+  }
+
+  absl::StatusOr<int> Load(const ProgramDef& def, const absl::flat_hash_map<std::string, int>& meshes) {
+    absl::flat_hash_map<std::string, client::Mesh> bound;
+    for (const auto& [name, index] : meshes) bound[name] = meshes_.at(index);
+    CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<client::LoadedProgram> program, client_->Load(def, bound));
+    programs_.push_back(std::move(program));
+    return static_cast<int>(programs_.size()) - 1;
+  }
+
+  // A new array holding `bytes` (row-major, the whole array).
+  absl::StatusOr<Handle> Create(int mesh, const Shape& shape, DType dtype, const Sharding& sharding,
+                                const void* data, uint64_t bytes) {
+    CAUSEWAY_ASSIGN_OR_RETURN(client::Array array,
+                              client_->CreateArray(meshes_.at(mesh), shape, dtype, sharding));
+    if (absl::Status s = client_->Upload(array, data, bytes); !s.ok()) {
+      client_->Release(array).IgnoreError();
+      return s;
+    }
+    arrays_[next_] = {std::move(array), std::nullopt};
+    return next_++;
+  }
+
+  // Queues a run, which fails past `deadline` from now (infinite: never);
+  // returns its outputs at once (in the def's order).
+  absl::StatusOr<std::vector<Handle>> Execute(int program, const std::vector<Handle>& inputs,
+                                              absl::Duration deadline) {
+    std::vector<client::Array> arrays;
+    for (Handle h : inputs) {
+      CAUSEWAY_ASSIGN_OR_RETURN(Stored s, Get(h));
+      arrays.push_back(std::move(s.array));
+    }
+    client::ExecuteOptions options;
+    options.deadline = deadline;
+    CAUSEWAY_ASSIGN_OR_RETURN(client::Run run, client_->Execute(programs_.at(program), arrays, options));
+    std::vector<Handle> out;
+    for (client::Array& a : run.outputs) {
+      arrays_[next_] = {std::move(a), run.done};
+      out.push_back(next_++);
+    }
+    return out;
+  }
+
+  // The f32 array's values, once written.
+  absl::StatusOr<std::vector<float>> Read(Handle handle) const {
+    CAUSEWAY_ASSIGN_OR_RETURN(Stored s, Get(handle));
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (s.written) CAUSEWAY_RETURN_IF_ERROR(s.written->AwaitStatus(deadline));
+    std::vector<float> values(NumElements(s.array.shape));
+    CAUSEWAY_RETURN_IF_ERROR(
+        client_->Download(s.array, values.data(), values.size() * sizeof(float), deadline));
+    return values;
+  }
+
+  absl::StatusOr<double> Sum(Handle handle) const {
+    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<float> values, Read(handle));
+    double sum = 0;
+    for (float v : values) sum += v;
+    return sum;
+  }
+
+  // Drops the array (runs queued before still read it).
+  absl::Status Release(Handle handle) {
+    auto it = arrays_.find(handle);
+    if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    const client::Array array = it->second.array;
+    arrays_.erase(it);
+    return client_->Release(array);
+  }
+
+ private:
+  struct Stored {
+    client::Array array;
+    std::optional<Future<>> written;  // none for an uploaded array
+  };
+  absl::StatusOr<Stored> Get(Handle handle) const {
+    auto it = arrays_.find(handle);
+    if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    return it->second;
+  }
+
+  client::Client* client_;
+  const absl::Duration timeout_;
+  std::optional<PhysicalDeviceInfo> device_;
+  std::vector<client::Mesh> meshes_;
+  std::vector<std::shared_ptr<client::LoadedProgram>> programs_;
+  absl::flat_hash_map<Handle, Stored> arrays_;
+  Handle next_ = 1;
+};
+
+Trainer::Trainer(std::unique_ptr<Arrays> arrays, const TextCorpus& corpus, TrainOptions options)
+    : arrays_(std::move(arrays)),
+      corpus_(corpus),
+      options_(std::move(options)),
+      sampler_(corpus.train(), options_.layout.batch, options_.config.seq_len, options_.seed) {}
+
+Trainer::~Trainer() {
+  for (auto* list : {&weights_, &m_, &v_}) {
+    for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(client::Client* client, const TextCorpus& corpus,
+                                                         TrainOptions options, absl::Duration timeout) {
+  if (options.config.vocab == 0) options.config.vocab = static_cast<uint32_t>(corpus.vocab().size());
+  if (options.config.vocab < static_cast<uint32_t>(corpus.vocab().size())) {
+    return absl::InvalidArgumentError(absl::StrCat("model: vocab ", options.config.vocab,
+                                                   " is smaller than the ", corpus.vocab().size(),
+                                                   " characters of ", corpus.name()));
+  }
+  CAUSEWAY_RETURN_IF_ERROR(options.config.Validate());
+  if (options.stages.empty()) return absl::InvalidArgumentError("trainer: no stages");
+  if (options.layout.replicas == 0) return absl::InvalidArgumentError("trainer: 0 replicas");
+  auto arrays = std::make_unique<Arrays>(client, timeout);
+  CAUSEWAY_RETURN_IF_ERROR(arrays->Init());
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(arrays), corpus, std::move(options)));
+  CAUSEWAY_RETURN_IF_ERROR(trainer->Init());
+  return trainer;
+}
+
+absl::Status Trainer::Init() {
+  const uint32_t replicas = options_.layout.replicas;
+  const int stages = static_cast<int>(options_.stages.size());
+  for (uint32_t r = 0; r < replicas; ++r) {
+    for (int size : options_.stages) {
+      if (size < 1)
+        return absl::InvalidArgumentError(absl::StrCat("trainer: a stage of ", size, " accelerators"));
+      CAUSEWAY_ASSIGN_OR_RETURN(int mesh, arrays_->AllocateMesh(static_cast<int>(r), size));
+      meshes_.push_back(mesh);
+    }
+  }
+  AdamSettings settings;
+  settings.adam = options_.adam;
+  CAUSEWAY_ASSIGN_OR_RETURN(step_program_, BuildTrainStepDef(options_.config, options_.layout,
+                                                             options_.stages, settings, arrays_->device()));
+  absl::flat_hash_map<std::string, int> bound;
+  for (size_t i = 0; i < meshes_.size(); ++i) bound[step_program_.meshes[i]] = meshes_[i];
+  CAUSEWAY_ASSIGN_OR_RETURN(train_, arrays_->Load(step_program_.def, bound));
+  CAUSEWAY_ASSIGN_OR_RETURN(ProgramDef eval, BuildEvalDef(options_.config, options_.layout.batch,
+                                                          options_.stages, arrays_->device()));
+  absl::flat_hash_map<std::string, int> eval_bound;
+  for (int s = 0; s < stages; ++s) eval_bound[absl::StrCat("stage", s)] = meshes_[s];
+  CAUSEWAY_ASSIGN_OR_RETURN(eval_, arrays_->Load(eval, eval_bound));
+
+  const std::vector<ParameterInfo> params = Parameters(options_.config);
+  const std::vector<std::vector<float>> initial = InitialParameters(options_.config, options_.seed);
+  for (auto* list : {&weights_, &m_, &v_}) list->assign(replicas, {});
+  for (uint32_t r = 0; r < replicas; ++r) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int mesh = meshes_[r * stages + step_program_.stage_of[i]];
+      const std::vector<float> zeros(initial[i].size(), 0.0f);
+      for (auto [list, values] :
+           {std::pair{&weights_, &initial[i]}, std::pair{&m_, &zeros}, std::pair{&v_, &zeros}}) {
+        CAUSEWAY_ASSIGN_OR_RETURN(Handle array,
+                                  arrays_->Create(mesh, params[i].shape, DType::kF32, Sharding::Replicated(),
+                                                  values->data(), values->size() * sizeof(float)));
+        (*list)[r].push_back(array);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::ReleaseAll(const std::vector<Handle>& arrays) {
+  // A release that fails (a lost island) has nothing left to free.
+  for (Handle h : arrays) arrays_->Release(h).IgnoreError();
+}
+
+absl::StatusOr<Trainer::Handle> Trainer::Tokens(const std::vector<int32_t>& tokens, int mesh, uint32_t rows) {
+  return arrays_->Create(mesh, {rows, options_.config.seq_len}, DType::kI32, Sharding::Split(0),
+                         tokens.data(), tokens.size() * sizeof(int32_t));
+}
+
+absl::StatusOr<std::vector<Trainer::Handle>> Trainer::Queue() {
+  CAUSEWAY_ASSIGN_OR_RETURN(TokenBatch batch, sampler_.Next());
+  const uint32_t micro = options_.layout.micro_batches, replicas = options_.layout.replicas;
+  const int stages = static_cast<int>(options_.stages.size());
+  const uint32_t rows = batch.batch / replicas / micro;
+  const uint64_t per = uint64_t{rows} * batch.seq_len;
+  const float step = static_cast<float>(step_ + 1);
+  using Kind = StepValue::Kind;
+  std::vector<Handle> inputs;
+  std::vector<Handle> fresh;  // made for this run only
+  absl::Status made = [&]() -> absl::Status {
+    for (const StepValue& value : step_program_.parameter_values) {
+      const int mesh = meshes_[value.replica * stages + value.stage];
+      Handle h = 0;
+      switch (value.kind) {
+        case Kind::kIds:
+        case Kind::kTargets: {
+          // Replica r takes the batch's r-th share, micro-batch by micro-batch.
+          const std::vector<int32_t>& from = value.kind == Kind::kIds ? batch.inputs : batch.targets;
+          const uint64_t first = (uint64_t{static_cast<uint32_t>(value.replica)} * micro + value.micro) * per;
+          const std::vector<int32_t> tokens(from.begin() + first, from.begin() + first + per);
+          CAUSEWAY_ASSIGN_OR_RETURN(h, Tokens(tokens, mesh, rows));
+          fresh.push_back(h);
+          break;
+        }
+        case Kind::kStep: {
+          CAUSEWAY_ASSIGN_OR_RETURN(
+              h, arrays_->Create(mesh, {1}, DType::kF32, Sharding::Replicated(), &step, sizeof(step)));
+          fresh.push_back(h);
+          break;
+        }
+        case Kind::kTensor:
+          h = weights_[value.replica][value.tensor];
+          break;
+        case Kind::kM:
+          h = m_[value.replica][value.tensor];
+          break;
+        case Kind::kV:
+          h = v_[value.replica][value.tensor];
+          break;
+        default:
+          return absl::InternalError("train step: an output among the parameters");
+      }
+      inputs.push_back(h);
+    }
+    return absl::OkStatus();
+  }();
+  absl::StatusOr<std::vector<Handle>> run = made.ok()
+                                                ? arrays_->Execute(train_, inputs, options_.run_deadline)
+                                                : absl::StatusOr<std::vector<Handle>>(made);
+  ReleaseAll(fresh);
+  if (!run.ok()) return run.status();
+  if (run->size() != step_program_.output_values.size()) {
+    return absl::InternalError(
+        absl::StrCat("train step: ", run->size(), " outputs, expected ", step_program_.output_values.size()));
+  }
+  std::vector<Handle> losses, replaced;
+  for (size_t o = 0; o < run->size(); ++o) {
+    const StepValue& value = step_program_.output_values[o];
+    const Handle h = (*run)[o];
+    std::vector<std::vector<Handle>>* list = nullptr;
+    switch (value.kind) {
+      case Kind::kLoss:
+        losses.push_back(h);
+        continue;
+      case Kind::kTensor:
+        list = &weights_;
+        break;
+      case Kind::kM:
+        list = &m_;
+        break;
+      case Kind::kV:
+        list = &v_;
+        break;
+      default:
+        replaced.push_back(h);  // nothing a trainer keeps
+        continue;
+    }
+    replaced.push_back((*list)[value.replica][value.tensor]);
+    (*list)[value.replica][value.tensor] = h;
+  }
+  ReleaseAll(replaced);
+  ++step_;
+  return losses;
+}
+
+absl::StatusOr<double> Trainer::MeanLoss(const std::vector<Handle>& losses, uint64_t tokens) {
+  double sum = 0;
+  absl::Status status;
+  for (Handle loss : losses) {
+    absl::StatusOr<double> s = arrays_->Sum(loss);
+    if (s.ok()) {
+      sum += *s;
+    } else if (status.ok()) {
+      status = s.status();
+    }
+  }
+  ReleaseAll(losses);
+  CAUSEWAY_RETURN_IF_ERROR(status);
+  return sum / static_cast<double>(tokens);
+}
+
+absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
+                                                   const std::function<void(const StepReport&)>& progress) {
+  std::vector<double> out;
+  if (steps == 0) return out;
+  const uint64_t tokens = uint64_t{options_.layout.batch} * options_.config.seq_len;
+  absl::Time last = absl::Now();
+  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<Handle> pending, Queue());
+  for (uint64_t i = 0; i < steps; ++i) {
+    // Queue the next step before reading this one's loss.
+    std::vector<Handle> next;
+    if (i + 1 < steps) {
+      absl::StatusOr<std::vector<Handle>> queued = Queue();
+      if (!queued.ok()) {
+        ReleaseAll(pending);
+        return queued.status();
+      }
+      next = *std::move(queued);
+    }
+    absl::StatusOr<double> loss = MeanLoss(pending, tokens);
+    if (!loss.ok()) {
+      ReleaseAll(next);
+      return loss.status();
+    }
+    const absl::Time now = absl::Now();
+    out.push_back(*loss);
+    if (progress) {
+      progress(StepReport{step_ - (i + 1 < steps ? 1 : 0), *loss, absl::ToDoubleSeconds(now - last),
+                          static_cast<double>(tokens)});
+    }
+    last = now;
+    pending = std::move(next);
+  }
+  return out;
+}
+
+absl::StatusOr<double> Trainer::Evaluate() {
+  const uint32_t batch = options_.layout.batch;
+  CAUSEWAY_ASSIGN_OR_RETURN(
+      std::vector<TokenBatch> batches,
+      EvaluationBatches(corpus_.held_out(), batch, options_.config.seq_len, options_.eval_batches));
+  const int stages = static_cast<int>(options_.stages.size());
+  std::vector<Handle> losses;
+  absl::Status status;
+  for (const TokenBatch& b : batches) {
+    std::vector<Handle> inputs;
+    absl::StatusOr<Handle> ids = Tokens(b.inputs, meshes_.front(), batch);
+    absl::StatusOr<Handle> targets = Tokens(b.targets, meshes_[stages - 1], batch);
+    for (auto* h : {&ids, &targets}) {
+      if (h->ok()) inputs.push_back(**h);
+    }
+    if (!ids.ok() || !targets.ok()) {
+      status = ids.ok() ? targets.status() : ids.status();
+      ReleaseAll(inputs);
+      break;
+    }
+    inputs.insert(inputs.end(), weights_[0].begin(), weights_[0].end());
+    absl::StatusOr<std::vector<Handle>> run = arrays_->Execute(eval_, inputs, options_.run_deadline);
+    ReleaseAll({*ids, *targets});
+    if (!run.ok()) {
+      status = run.status();
+      break;
+    }
+    losses.push_back(run->at(0));
+  }
+  if (!status.ok()) {
+    ReleaseAll(losses);
+    return status;
+  }
+  return MeanLoss(losses, uint64_t{batch} * options_.config.seq_len * batches.size());
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Trainer::Weights(int replica) const {
+  if (replica < 0 || static_cast<size_t>(replica) >= weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer: no replica ", replica, " of ", weights_.size()));
+  }
+  std::vector<std::vector<float>> out;
+  for (Handle w : weights_[replica]) {
+    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<float> values, arrays_->Read(w));
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+}  // namespace causeway::models
