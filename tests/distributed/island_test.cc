@@ -790,10 +790,11 @@ TEST(IslandServerTest, RemoteRunFailsAtItsDeadlineWhileAnotherTenantGoesOn) {
 }
 
 // Tests that an island whose accelerator is wedged by a kernel with no
-// deadline (about a minute of work) still ends on SIGTERM within 5 s (it
-// quarantines the accelerator after 2 s and abandons it a second later,
-// naming it on stderr), and that its controller is told.
-TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
+// deadline (about a minute of work) still ends on SIGTERM once its own
+// waits are over (it quarantines the accelerator after 2 s and abandons it a
+// second later, naming it on stderr), not when the kernel ends, and that its
+// controller is told.
+TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAccelerator) {
   auto started = IslandProcess::Start(
       ::causeway::testing::CliPath(), "isl-w",
       {::causeway::testing::DeviceFlag(), "--accelerators=1", ::causeway::testing::ValidationFlag()},
@@ -810,7 +811,10 @@ TEST(IslandServerTest, SigtermEndsAnIslandWithAWedgedAcceleratorWithin5s) {
                absl::StatusCode::kDeadlineExceeded);
   const absl::Time stopping = absl::Now();
   const int wait_status = island->Stop(/*limit=*/absl::Seconds(30));
-  EXPECT_LT(absl::Now() - stopping, absl::Seconds(5));
+  // The island's own waits are 3 s; the process exit (a sanitizer's at
+  // exit) and a loaded machine add the slack. The kernel would hold it for
+  // about a minute.
+  EXPECT_LT(absl::Now() - stopping, absl::Seconds(3) + ::causeway::testing::kSchedulingSlack);
   EXPECT_TRUE(WIFEXITED(wait_status)) << wait_status;
   // The controller hears that the island is gone.
   EXPECT_ERROR(run.done.AwaitStatus(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "isl-w");
