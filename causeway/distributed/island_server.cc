@@ -482,228 +482,274 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     auto serving = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return serving_ || closed_; };
     mu_.Await(absl::Condition(&serving));
     switch (in.kind_case()) {
-      case IslandRequest::kDescribe: {
-        out.mutable_info()->set_name(server_->options_.name);
-        out.mutable_info()->set_accelerators(static_cast<int32_t>(server_->runtime_->size()));
-        const PhysicalDeviceInfo& device = server_->runtime_->accelerator(0)->info();
-        IslandInfo* info = out.mutable_info();
-        info->set_device(device.name);
-        info->set_device_type(static_cast<int32_t>(device.type));
-        info->set_subgroup_size(device.subgroup_size);
-        info->set_max_workgroup_invocations(device.limits.maxComputeWorkGroupInvocations);
-        for (int d = 0; d < 3; ++d) {
-          info->add_max_workgroup_size(device.limits.maxComputeWorkGroupSize[d]);
-          info->add_max_workgroup_count(device.limits.maxComputeWorkGroupCount[d]);
-        }
-        for (size_t i = 0; i < server_->runtime_->size(); ++i) {
-          const absl::Status health = server_->runtime_->accelerator(i)->health();
-          info->add_out_of_service(health.ok() ? "" : std::string(health.message()));
-        }
+      case IslandRequest::kDescribe:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.describe(), out));
         break;
-      }
-      case IslandRequest::kAllocateMesh: {
-        CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
-        std::vector<int> dims(in.allocate_mesh().dims().begin(), in.allocate_mesh().dims().end());
-        CAUSEWAY_ASSIGN_OR_RETURN(auto mesh, c->AllocateMesh(dims));
-        meshes_[next_id_] = mesh;
-        out.set_id(next_id_++);
+      case IslandRequest::kAllocateMesh:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.allocate_mesh(), out));
         break;
-      }
-      case IslandRequest::kCreateArray: {
-        CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
-        const CreateArray& ca = in.create_array();
-        auto mesh = meshes_.find(ca.mesh());
-        if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh ", ca.mesh()));
-        ShardingDef sharding_def;
-        if (!sharding_def.ParseFromString(ca.sharding())) return absl::InvalidArgumentError("bad sharding");
-        CAUSEWAY_ASSIGN_OR_RETURN(Sharding sharding, FromDef(sharding_def));
-        CAUSEWAY_ASSIGN_OR_RETURN(DType dtype, FromDef(static_cast<DTypeDef>(ca.dtype())));
-        if (ca.shape_size() < 1 || ca.shape_size() > 8) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("CreateArray: rank must be 1 to 8, got ", ca.shape_size()));
-        }
-        Shape shape(ca.shape().begin(), ca.shape().end());
-        if (absl::StatusOr<uint64_t> bytes = CheckedByteSize(shape, DTypeSize(dtype)); !bytes.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat("CreateArray: ", bytes.status().message()));
-        }
-        CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array, c->CreateArray(mesh->second, shape, dtype, sharding));
-        arrays_[next_id_] = array;
-        out.set_id(next_id_++);
+      case IslandRequest::kCreateArray:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.create_array(), out));
         break;
-      }
-      case IslandRequest::kReleaseArray: {
-        const uint64_t id = in.release_array().array();
-        if ((!arrays_.contains(id) && !pending_.contains(id)) || released_.contains(id)) {
-          return absl::NotFoundError(absl::StrCat("no array ", id));
-        }
-        // Runs queued before this request may still read it, or make it:
-        // it goes after them, in order. Later requests no longer see it.
-        released_.insert(id);
-        worker_->Push([this, id] {
-          ArrayRef dropped;
-          absl::MutexLock lock(&mu_);
-          released_.erase(id);
-          failed_uploads_.erase(id);
-          if (auto it = arrays_.find(id); it != arrays_.end()) {
-            dropped = std::move(it->second);
-            arrays_.erase(it);
-          }
-          RetireWhenDone();
-        });
-        return IslandReply(out);
-      }
-      case IslandRequest::kLoadProgram: {
-        CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
-        ProgramDef def;
-        if (!def.ParseFromString(in.load_program().program())) {
-          return absl::InvalidArgumentError("LoadProgram: not a ProgramDef");
-        }
-        absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> meshes;
-        for (const auto& [name, id] : in.load_program().meshes()) {
-          auto mesh = meshes_.find(id);
-          if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("mesh '", name, "': no mesh ", id));
-          meshes[name] = mesh->second;
-        }
-        absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>> channels;
-        LoadedProgram loaded;
-        for (const ChannelEnd& end : in.load_program().channels()) {
-          if (end.id() < kFirstChannelStream) return absl::InvalidArgumentError("channel ids start at 16");
-          if (end.send()) {
-            CAUSEWAY_ASSIGN_OR_RETURN(auto link, server_->Peer(end.peer_address()));
-            link->OpenChannel(end.id());
-            channels[end.id()] = std::make_shared<Sender>(end.id(), end.peer_name(), std::move(link));
-          } else {
-            auto r = std::make_shared<Receiver>(end.id(), end.peer_name());
-            channels[end.id()] = r;
-            loaded.receivers.push_back(r);
-          }
-        }
-        // Its transfer plans are charged to this session's host budget.
-        CAUSEWAY_ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels, host_budget_));
-        CAUSEWAY_ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
-        // A peer's data header cannot size an early-arrival buffer beyond
-        // what the receive declared.
-        for (const auto& r : loaded.receivers) {
-          r->inbox().set_max_total(ReceivedBytes(loaded.exe->program(), r.get()));
-        }
-        CAUSEWAY_RETURN_IF_ERROR(server_->AddReceivers(loaded.receivers));
-        for (int o : loaded.exe->program().outputs()) {
-          const ProgramValue& v = loaded.exe->program().values()[o];
-          ArrayType* t = out.mutable_loaded()->add_outputs();
-          for (int64_t d : v.shape) t->add_shape(d);
-          t->set_dtype(static_cast<int32_t>(ToDef(v.dtype)));
-        }
-        programs_[next_id_] = std::move(loaded);
-        out.mutable_loaded()->set_id(next_id_++);
+      case IslandRequest::kReleaseArray:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.release_array(), out));
         break;
-      }
-      case IslandRequest::kExecute: {
-        const Execute& ex = in.execute();
-        const uint64_t program_id = ex.program(), tag = ex.tag();
-        auto p = programs_.find(program_id);
-        const Executable* known = p != programs_.end() ? p->second.exe.get() : nullptr;
-        auto refuse = [&](absl::Status why) {
-          // A notification's error is not answered: it comes back as the run's.
-          if (known != nullptr) FailSends(*known, tag, why);
-          outbox_->Push([this, program_id, tag, why] { ReportRun(program_id, tag, why); });
-          return why;
-        };
-        if (p == programs_.end()) return refuse(absl::NotFoundError(absl::StrCat("no program ", program_id)));
-        if (runs_.contains({program_id, tag})) {
-          // Not refuse(): the run of that tag is this one's, not to be failed.
-          return absl::InvalidArgumentError(
-              absl::StrCat("run ", tag, " of program ", program_id, " is already in progress"));
-        }
-        // An input made by a run queued before this one (pending) is looked
-        // up when this run's turn comes; the rest are held from now.
-        std::vector<std::pair<uint64_t, ArrayRef>> inputs;
-        for (uint64_t id : ex.inputs()) {
-          auto a = arrays_.find(id);
-          if (released_.contains(id)) {
-            return refuse(absl::NotFoundError(absl::StrCat("no array ", id, " (released)")));
-          } else if (a != arrays_.end()) {
-            inputs.push_back({id, a->second});
-          } else if (pending_.contains(id)) {
-            inputs.push_back({id, nullptr});
-          } else {
-            return refuse(absl::NotFoundError(absl::StrCat("no array ", id)));
-          }
-        }
-        const size_t count = p->second.exe->program().outputs().size();
-        std::vector<uint64_t> outputs(ex.outputs().begin(), ex.outputs().end());
-        if (outputs.empty()) {
-          for (size_t i = 0; i < count; ++i) {
-            outputs.push_back(next_id_++);
-            out.mutable_execute_started()->add_outputs(outputs.back());
-          }
-        } else if (outputs.size() != count) {
-          return refuse(absl::InvalidArgumentError(
-              absl::StrCat("program ", program_id, " has ", count, " outputs; ", outputs.size(), " ids given")));
-        } else {
-          absl::flat_hash_set<uint64_t> given;
-          for (uint64_t id : outputs) {
-            if (id < kControllerIds || arrays_.contains(id) || pending_.contains(id)) {
-              return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is in use or below 2^62")));
-            }
-            // Twice, one output would replace the other silently.
-            if (!given.insert(id).second) {
-              return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is given twice")));
-            }
-          }
-        }
-        pending_.insert(outputs.begin(), outputs.end());
-        runs_[{program_id, tag}] = std::nullopt;
-        auto exe = p->second.exe;
-        // Beyond 2^62 us (146,000 years) a deadline is none.
-        const absl::Duration deadline = ex.deadline_us() == 0 || ex.deadline_us() > (uint64_t{1} << 62)
-                                            ? absl::InfiniteDuration()
-                                            : absl::Microseconds(static_cast<int64_t>(ex.deadline_us()));
-        worker_->Push([this, exe, inputs, outputs, program_id, tag, deadline] {
-          RunJob(exe, inputs, outputs, program_id, tag, deadline);
-        });
+      case IslandRequest::kLoadProgram:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.load_program(), out));
         break;
-      }
-      case IslandRequest::kFetch: {
-        const uint64_t array_id = in.fetch().array(), fetch = in.fetch().fetch();
-        worker_->Push([this, array_id, fetch] { FetchJob(array_id, fetch); });
+      case IslandRequest::kExecute:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.execute(), out));
         break;
-      }
-      case IslandRequest::kCancelRuns: {
-        auto p = programs_.find(in.cancel_runs().program());
-        if (p == programs_.end()) return absl::NotFoundError("no such program");
-        for (auto& r : p->second.receivers) r->inbox().Close(absl::AbortedError(in.cancel_runs().message()));
+      case IslandRequest::kFetch:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.fetch(), out));
         break;
-      }
-      case IslandRequest::kCancelRun: {
-        // A run not found has ended (or never was): nothing to do.
-        const std::pair<uint64_t, uint64_t> key{in.cancel_run().program(), in.cancel_run().tag()};
-        auto r = runs_.find(key);
-        if (r == runs_.end()) break;
-        if (!r->second.has_value()) {
-          cancelled_.insert(key);
-        } else if (client_ != nullptr) {
-          CAUSEWAY_RETURN_IF_ERROR(client_->Cancel(*r->second));
-        }
+      case IslandRequest::kCancelRuns:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.cancel_runs(), out));
         break;
-      }
+      case IslandRequest::kCancelRun:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.cancel_run(), out));
+        break;
       case IslandRequest::kChannelOpen:
-        server_->OpenChannel(in.channel_open().channel(), serial_);
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.channel_open(), out));
         break;
-      case IslandRequest::kChannelFailed: {
-        const ChannelFailed& f = in.channel_failed();
-        // From the island that sends on the channel, or from the controller
-        // that loaded the receiving program (a run's part failed elsewhere):
-        // no one else fails a tenant's runs.
-        if (auto r = server_->FindReceiver(f.channel());
-            r != nullptr && (r->peer() == peer_name_ || Loaded(*r))) {
-          r->inbox().Fail(f.tag(), StatusFromPeer(f.code() == 0 ? 2 : f.code(), absl::StrCat(r->Describe(), ": ", f.message())));
-        }
+      case IslandRequest::kChannelFailed:
+        CAUSEWAY_RETURN_IF_ERROR(Serve(in.channel_failed(), out));
         break;
-      }
       default:
         return absl::UnimplementedError("an island request of a kind this island does not serve");
     }
     return IslandReply(out);
+  }
+
+  // One handler per island request, under the session's lock; what goes
+  // back is `out`.
+  absl::Status Serve(const DescribeIsland&, IslandResponse& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    IslandInfo* info = out.mutable_info();
+    info->set_name(server_->options_.name);
+    info->set_accelerators(static_cast<int32_t>(server_->runtime_->size()));
+    const PhysicalDeviceInfo& device = server_->runtime_->accelerator(0)->info();
+    info->set_device(device.name);
+    info->set_device_type(static_cast<int32_t>(device.type));
+    info->set_subgroup_size(device.subgroup_size);
+    info->set_max_workgroup_invocations(device.limits.maxComputeWorkGroupInvocations);
+    for (int d = 0; d < 3; ++d) {
+      info->add_max_workgroup_size(device.limits.maxComputeWorkGroupSize[d]);
+      info->add_max_workgroup_count(device.limits.maxComputeWorkGroupCount[d]);
+    }
+    for (size_t i = 0; i < server_->runtime_->size(); ++i) {
+      const absl::Status health = server_->runtime_->accelerator(i)->health();
+      info->add_out_of_service(health.ok() ? "" : std::string(health.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const AllocateMesh& req, IslandResponse& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
+    std::vector<int> dims(req.dims().begin(), req.dims().end());
+    CAUSEWAY_ASSIGN_OR_RETURN(auto mesh, c->AllocateMesh(dims));
+    meshes_[next_id_] = mesh;
+    out.set_id(next_id_++);
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const CreateArray& ca, IslandResponse& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
+    auto mesh = meshes_.find(ca.mesh());
+    if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("no mesh ", ca.mesh()));
+    ShardingDef sharding_def;
+    if (!sharding_def.ParseFromString(ca.sharding())) return absl::InvalidArgumentError("bad sharding");
+    CAUSEWAY_ASSIGN_OR_RETURN(Sharding sharding, FromDef(sharding_def));
+    CAUSEWAY_ASSIGN_OR_RETURN(DType dtype, FromDef(static_cast<DTypeDef>(ca.dtype())));
+    if (ca.shape_size() < 1 || ca.shape_size() > 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateArray: rank must be 1 to 8, got ", ca.shape_size()));
+    }
+    Shape shape(ca.shape().begin(), ca.shape().end());
+    if (absl::StatusOr<uint64_t> bytes = CheckedByteSize(shape, DTypeSize(dtype)); !bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("CreateArray: ", bytes.status().message()));
+    }
+    CAUSEWAY_ASSIGN_OR_RETURN(ArrayRef array, c->CreateArray(mesh->second, shape, dtype, sharding));
+    arrays_[next_id_] = array;
+    out.set_id(next_id_++);
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const ReleaseArray& req, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t id = req.array();
+    if ((!arrays_.contains(id) && !pending_.contains(id)) || released_.contains(id)) {
+      return absl::NotFoundError(absl::StrCat("no array ", id));
+    }
+    // Runs queued before this request may still read it, or make it:
+    // it goes after them, in order. Later requests no longer see it.
+    released_.insert(id);
+    worker_->Push([this, id] {
+      ArrayRef dropped;
+      absl::MutexLock lock(&mu_);
+      released_.erase(id);
+      failed_uploads_.erase(id);
+      if (auto it = arrays_.find(id); it != arrays_.end()) {
+        dropped = std::move(it->second);
+        arrays_.erase(it);
+      }
+      RetireWhenDone();
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const LoadProgram& req, IslandResponse& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    CAUSEWAY_ASSIGN_OR_RETURN(auto c, client());
+    ProgramDef def;
+    if (!def.ParseFromString(req.program())) {
+      return absl::InvalidArgumentError("LoadProgram: not a ProgramDef");
+    }
+    absl::flat_hash_map<std::string, std::shared_ptr<Mesh>> meshes;
+    for (const auto& [name, id] : req.meshes()) {
+      auto mesh = meshes_.find(id);
+      if (mesh == meshes_.end()) return absl::NotFoundError(absl::StrCat("mesh '", name, "': no mesh ", id));
+      meshes[name] = mesh->second;
+    }
+    absl::flat_hash_map<uint64_t, std::shared_ptr<Channel>> channels;
+    LoadedProgram loaded;
+    for (const ChannelEnd& end : req.channels()) {
+      if (end.id() < kFirstChannelStream) return absl::InvalidArgumentError("channel ids start at 16");
+      if (end.send()) {
+        CAUSEWAY_ASSIGN_OR_RETURN(auto link, server_->Peer(end.peer_address()));
+        link->OpenChannel(end.id());
+        channels[end.id()] = std::make_shared<Sender>(end.id(), end.peer_name(), std::move(link));
+      } else {
+        auto r = std::make_shared<Receiver>(end.id(), end.peer_name());
+        channels[end.id()] = r;
+        loaded.receivers.push_back(r);
+      }
+    }
+    // Its transfer plans are charged to this session's host budget.
+    CAUSEWAY_ASSIGN_OR_RETURN(auto program, BuildProgram(def, meshes, channels, host_budget_));
+    CAUSEWAY_ASSIGN_OR_RETURN(loaded.exe, c->Load(program));
+    // A peer's data header cannot size an early-arrival buffer beyond
+    // what the receive declared.
+    for (const auto& r : loaded.receivers) {
+      r->inbox().set_max_total(ReceivedBytes(loaded.exe->program(), r.get()));
+    }
+    CAUSEWAY_RETURN_IF_ERROR(server_->AddReceivers(loaded.receivers));
+    for (int o : loaded.exe->program().outputs()) {
+      const ProgramValue& v = loaded.exe->program().values()[o];
+      ArrayType* t = out.mutable_loaded()->add_outputs();
+      for (int64_t d : v.shape) t->add_shape(d);
+      t->set_dtype(static_cast<int32_t>(ToDef(v.dtype)));
+    }
+    programs_[next_id_] = std::move(loaded);
+    out.mutable_loaded()->set_id(next_id_++);
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const Execute& ex, IslandResponse& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t program_id = ex.program(), tag = ex.tag();
+    auto p = programs_.find(program_id);
+    const Executable* known = p != programs_.end() ? p->second.exe.get() : nullptr;
+    auto refuse = [&](absl::Status why) {
+      // A notification's error is not answered: it comes back as the run's.
+      if (known != nullptr) FailSends(*known, tag, why);
+      outbox_->Push([this, program_id, tag, why] { ReportRun(program_id, tag, why); });
+      return why;
+    };
+    if (p == programs_.end()) return refuse(absl::NotFoundError(absl::StrCat("no program ", program_id)));
+    if (runs_.contains({program_id, tag})) {
+      // Not refuse(): the run of that tag is this one's, not to be failed.
+      return absl::InvalidArgumentError(
+          absl::StrCat("run ", tag, " of program ", program_id, " is already in progress"));
+    }
+    // An input made by a run queued before this one (pending) is looked
+    // up when this run's turn comes; the rest are held from now.
+    std::vector<std::pair<uint64_t, ArrayRef>> inputs;
+    for (uint64_t id : ex.inputs()) {
+      auto a = arrays_.find(id);
+      if (released_.contains(id)) {
+        return refuse(absl::NotFoundError(absl::StrCat("no array ", id, " (released)")));
+      } else if (a != arrays_.end()) {
+        inputs.push_back({id, a->second});
+      } else if (pending_.contains(id)) {
+        inputs.push_back({id, nullptr});
+      } else {
+        return refuse(absl::NotFoundError(absl::StrCat("no array ", id)));
+      }
+    }
+    const size_t count = p->second.exe->program().outputs().size();
+    std::vector<uint64_t> outputs(ex.outputs().begin(), ex.outputs().end());
+    if (outputs.empty()) {
+      for (size_t i = 0; i < count; ++i) {
+        outputs.push_back(next_id_++);
+        out.mutable_execute_started()->add_outputs(outputs.back());
+      }
+    } else if (outputs.size() != count) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("program ", program_id, " has ", count, " outputs; ", outputs.size(), " ids given")));
+    } else {
+      absl::flat_hash_set<uint64_t> given;
+      for (uint64_t id : outputs) {
+        if (id < kControllerIds || arrays_.contains(id) || pending_.contains(id)) {
+          return refuse(
+              absl::InvalidArgumentError(absl::StrCat("output id ", id, " is in use or below 2^62")));
+        }
+        // Twice, one output would replace the other silently.
+        if (!given.insert(id).second) {
+          return refuse(absl::InvalidArgumentError(absl::StrCat("output id ", id, " is given twice")));
+        }
+      }
+    }
+    pending_.insert(outputs.begin(), outputs.end());
+    runs_[{program_id, tag}] = std::nullopt;
+    auto exe = p->second.exe;
+    // Beyond 2^62 us (146,000 years) a deadline is none.
+    const absl::Duration deadline = ex.deadline_us() == 0 || ex.deadline_us() > (uint64_t{1} << 62)
+                                        ? absl::InfiniteDuration()
+                                        : absl::Microseconds(static_cast<int64_t>(ex.deadline_us()));
+    worker_->Push([this, exe, inputs, outputs, program_id, tag, deadline] {
+      RunJob(exe, inputs, outputs, program_id, tag, deadline);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const FetchArray& req, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t array_id = req.array(), fetch = req.fetch();
+    worker_->Push([this, array_id, fetch] { FetchJob(array_id, fetch); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const CancelRuns& req, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto p = programs_.find(req.program());
+    if (p == programs_.end()) return absl::NotFoundError("no such program");
+    for (auto& r : p->second.receivers) r->inbox().Close(absl::AbortedError(req.message()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const CancelRun& req, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // A run not found has ended (or never was): nothing to do.
+    const std::pair<uint64_t, uint64_t> key{req.program(), req.tag()};
+    auto r = runs_.find(key);
+    if (r == runs_.end()) return absl::OkStatus();
+    if (!r->second.has_value()) {
+      cancelled_.insert(key);
+    } else if (client_ != nullptr) {
+      CAUSEWAY_RETURN_IF_ERROR(client_->Cancel(*r->second));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const ChannelOpen& req, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    server_->OpenChannel(req.channel(), serial_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const ChannelFailed& f, IslandResponse&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // From the island that sends on the channel, or from the controller
+    // that loaded the receiving program (a run's part failed elsewhere):
+    // no one else fails a tenant's runs.
+    if (auto r = server_->FindReceiver(f.channel());
+        r != nullptr && (r->peer() == peer_name_ || Loaded(*r))) {
+      r->inbox().Fail(f.tag(), StatusFromPeer(f.code() == 0 ? 2 : f.code(),
+                                              absl::StrCat(r->Describe(), ": ", f.message())));
+    }
+    return absl::OkStatus();
   }
 
   // Whether `r` receives for a program this session loaded.
