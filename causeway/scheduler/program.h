@@ -77,6 +77,7 @@ class Program {
 
  private:
   friend class ProgramBuilder;
+  friend class ProgramLowering;
   std::string name_;
   std::vector<ProgramValue> values_;
   std::vector<ProgramStep> steps_;
@@ -161,6 +162,7 @@ class ProgramBuilder {
   absl::StatusOr<std::shared_ptr<const Program>> Build() const;
 
  private:
+  friend class ProgramLowering;  // Build's stages (program.cc)
   struct Param {
     std::string value;
     std::shared_ptr<Mesh> mesh;
@@ -190,6 +192,14 @@ class ProgramBuilder {
   std::vector<Node> nodes_;
   std::vector<std::string> outputs_;
 };
+
+// The order in which a program's nodes run: each after the nodes whose
+// outputs it reads, and among the nodes that are ready the one added first
+// (Kahn's algorithm), so an order that already respects the dependencies is
+// kept. `reads[n]` lists the nodes whose outputs node n reads. Nodes on a
+// cycle, and those after one, are left out. ProgramBuilder orders by it, and
+// SplitByIsland places its sends and receives by it.
+std::vector<int> NodeOrder(const std::vector<std::vector<int>>& reads);
 
 }  // namespace causeway
 
