@@ -12,9 +12,12 @@ bool EnvFlag(const char* name) {
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
-std::string EnvString(const char* name) {
+std::string EnvString(const char* name) { return EnvValue(name).value_or(""); }
+
+std::optional<std::string> EnvValue(const char* name) {
   const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
 }
 
 }  // namespace causeway
