@@ -155,33 +155,6 @@ class Report {
   std::deque<Result> results_;  // a deque: Add's references stay valid
 };
 
-// The common flags of the benchmark binaries, taken out of argv before a
-// benchmark parses its own: --json=FILE (where Report::WriteOrDie writes) and
-// --quick (small sizes and few samples, so a test runs the benchmark in
-// seconds; a benchmark applies its quick defaults before parsing the rest, so
-// that explicit flags still win).
-struct CommonFlags {
-  std::string json;
-  bool quick = false;
-};
-inline CommonFlags TakeCommonFlags(int& argc, char** argv) {
-  CommonFlags flags;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (a == "--quick") {
-      flags.quick = true;
-    } else if (absl::ConsumePrefix(&a, "--json=")) {
-      if (a.empty()) Die("--json needs a file name");
-      flags.json = std::string(a);
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  return flags;
-}
-
 }  // namespace causeway::bench
 
 #endif  // CAUSEWAY_BENCHMARKS_BENCH_REPORT_H_

@@ -4,16 +4,20 @@
 #ifndef CAUSEWAY_BENCHMARKS_BENCH_UTIL_H_
 #define CAUSEWAY_BENCHMARKS_BENCH_UTIL_H_
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/env.h"
 
 namespace causeway::bench {
 
@@ -21,6 +25,19 @@ namespace causeway::bench {
 inline const char*& ProgramName() {
   static const char* name = "bench";
   return name;
+}
+
+// What a benchmark's heading says of where it ran: "; N CPUs" (those this
+// process may use) and ", LP_NUM_THREADS=N" when lavapipe's threads are set.
+inline std::string MachineNote() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  sched_getaffinity(0, sizeof(cpus), &cpus);
+  std::string note = absl::StrCat(CPU_COUNT(&cpus), " CPUs");
+  if (std::optional<std::string> lp = EnvValue("LP_NUM_THREADS"); lp.has_value()) {
+    absl::StrAppend(&note, ", LP_NUM_THREADS=", *lp);
+  }
+  return note;
 }
 
 inline double Median(std::vector<double> v) {

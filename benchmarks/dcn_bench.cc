@@ -23,14 +23,14 @@
 // all), so no transfer reads a cache-hot source. A sample is one untimed
 // transfer, then transfers until at least sample_bytes have moved, from the
 // first byte sent to the last answer received, in GB/s (1e9 B/s). The cases
-// alternate sample by sample; medians of `--runs` samples are printed with
+// alternate sample by sample; medians of `--samples` samples are printed with
 // causeway's as a fraction of tcp's. Each size is checked once: the
 // receivers send back a checksum of what they got, which must match the
 // sender's.
 //
-//   causeway_dcn_bench [--runs=9] [--sizes=1,4,16,64,256] [--quick] [--json=FILE]   (sizes in MiB)
+//   causeway_dcn_bench [--sizes=1,4,16,64,256] [--samples=9] [--quick] [--json=FILE]   (sizes in MiB)
 // --quick: 1 sample of at least 32 MiB moved, sizes 1 and 4 MiB (seconds,
-// for tests); --json: the figures as a list of results (bench_report.h).
+// for tests); the common flags: bench_main.h.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -54,6 +54,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/tcp_baseline.h"
@@ -183,38 +184,17 @@ class Sender {
   Socket control_, dcn_;
 };
 
-std::vector<uint64_t> ParseSizes(absl::string_view text) {
-  std::vector<uint64_t> out;
-  for (absl::string_view s : absl::StrSplit(text, ',')) {
-    uint64_t mib = 0;
-    if (!absl::SimpleAtoi(s, &mib) || mib == 0) Die(absl::StrCat("bad size '", s, "' (MiB)"));
-    out.push_back(mib * kMiB);
-  }
-  return out;
-}
-
 int Main(int argc, char** argv) {
-  ProgramName() = "causeway_dcn_bench";
-  const CommonFlags common = TakeCommonFlags(argc, argv);
-  int runs = 9;
-  std::vector<uint64_t> sizes = ParseSizes("1,4,16,64,256");
+  const CommonFlags common = StartBenchmark("causeway_dcn_bench", argc, argv);
+  const int runs = common.SamplesOr(common.quick ? 1 : 9);
+  std::vector<uint64_t> sizes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
   if (common.quick) {
-    runs = 1;
     sample_bytes = 32.0 * kMiB;
-    sizes = ParseSizes("1,4");
+    sizes = {1 * kMiB, 4 * kMiB};
   }
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (absl::ConsumePrefix(&arg, "--runs=")) {
-      if (!absl::SimpleAtoi(arg, &runs) || runs < 1) Die("--runs must be a positive integer");
-    } else if (absl::ConsumePrefix(&arg, "--sizes=")) {
-      sizes = ParseSizes(arg);
-    } else {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--quick] [--json=FILE]   (sizes in MiB)\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  BenchFlags flags;
+  flags.Sizes("sizes", &sizes, kMiB, 2048, "message sizes in MiB");
+  flags.Parse(argc, argv);
   const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<uint8_t> secret_bytes(32);
   CheckOk(transport::FillRandom(absl::MakeSpan(secret_bytes)), "secret");

@@ -21,12 +21,12 @@
 //                 dependency costs where semaphores cannot be shared.
 //                 Causeway: Submit with the previous future as a wait.
 //
-// Each case runs raw and Causeway alternately, `--runs` times; the medians and
+// Each case runs raw and Causeway alternately, `--samples` times; the medians and
 // their ratio (Causeway / raw; 1.00 = no overhead) are printed.
 //
-//   causeway_dispatch_bench [--runs=9] [--iterations=200] [--n=256] [--quick] [--json=FILE]
-// --quick: 3 runs, 20 iterations, n = 32 (seconds, for tests); --json: the
-// figures as a list of results (bench_report.h).
+//   causeway_dispatch_bench [--iterations=200] [--n=256] [--samples=9] [--quick] [--json=FILE]
+// --quick: 3 samples, 20 iterations, n = 32 (seconds, for tests); the common
+// flags: bench_main.h.
 // For steadier figures on a small machine: taskset -c 0, LP_NUM_THREADS=0.
 #include <algorithm>
 #include <cstdio>
@@ -41,8 +41,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/base/trace.h"
 #include "causeway/kernels/builtin_kernels.h"
@@ -273,28 +275,16 @@ struct Case {
 };
 
 int Main(int argc, char** argv) {
-  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
-  int runs = 9, iterations = 200, n = 256;
-  if (common.quick) runs = 3, iterations = 20, n = 32;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* flag, int* out) {
-      std::string prefix = std::string(flag) + "=";
-      if (!absl::StartsWith(a, prefix)) return false;
-      if (!absl::SimpleAtoi(a.substr(prefix.size()), out) || *out < 1) {
-        std::fprintf(stderr, "bad value in %s\n", a.c_str());
-        std::exit(2);
-      }
-      return true;
-    };
-    if (!value("--runs", &runs) && !value("--iterations", &iterations) && !value("--n", &n)) {
-      std::fprintf(stderr, "usage: %s [--runs=9] [--iterations=200] [--n=256] [--quick] [--json=FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  const bench::CommonFlags common = bench::StartBenchmark("causeway_dispatch_bench", argc, argv);
+  const int runs = common.SamplesOr(common.quick ? 3 : 9);
+  int iterations = common.quick ? 20 : 200, n = common.quick ? 32 : 256;
+  bench::BenchFlags flags;
+  flags.Int("iterations", &iterations, 1, 1'000'000, "timed calls per sample")
+      .Int("n", &n, 1, 65536, "dispatches or submissions per timed call");
+  flags.Parse(argc, argv);
   RuntimeOptions options;
   options.accelerators = 2;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
   options.ring_capacity = static_cast<uint32_t>(std::max(n, 64));
   auto rt = Runtime::Create(options);
   if (!rt.ok()) {
@@ -411,9 +401,8 @@ int Main(int argc, char** argv) {
        n},
   };
 
-  std::printf("dispatch cost on %s, %d-float kernels, median of %d runs%s%s\n", acc->info().name.c_str(), kElements,
-              runs, std::getenv("LP_NUM_THREADS") ? ", LP_NUM_THREADS=" : "",
-              std::getenv("LP_NUM_THREADS") ? std::getenv("LP_NUM_THREADS") : "");
+  std::printf("dispatch cost on %s, %d-float kernels, median of %d runs; %s\n", acc->info().name.c_str(),
+              kElements, runs, bench::MachineNote().c_str());
   std::printf("%-26s %12s %12s %8s\n", "case", "raw us/disp", "causeway", "ratio");
   bench::Report report("dispatch");
   for (size_t k = 0; k < cases.size(); ++k) {
@@ -448,10 +437,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace causeway
 
-int main(int argc, char** argv) {
-  // Debian's abseil is built with mutex deadlock detection on, which walks a
-  // lock graph on every lock; the test suite keeps it, tools turn it off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  causeway::bench::ProgramName() = "dispatch_bench";
-  return causeway::Main(argc, argv);
-}
+int main(int argc, char** argv) { return causeway::Main(argc, argv); }

@@ -27,7 +27,7 @@
 // A sample is one untimed copy, then the copy repeated until it has moved at
 // least sample_bytes (so the small sizes are not one timer tick); its figure
 // is bytes / seconds per timed copy, in GB/s (1e9 bytes). The three cases
-// alternate sample by sample (the order rotates), `--runs` samples each;
+// alternate sample by sample (the order rotates), `--samples` samples each;
 // medians are printed, with each Causeway case's median as a fraction of
 // memcpy's. Before timing, each size
 // checks both Causeway copies once: the source holds a known pattern
@@ -64,11 +64,10 @@
 // its output, 2S): 0.5 at n = 2, 0.38 at 4, 0.22 at 8; far below the 0.7 a
 // machine with real links reaches.
 //
-//   causeway_ici_bench [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64]
-//                      [--only=copy|allreduce] [--quick] [--json=FILE]   (sizes in MiB)
+//   causeway_ici_bench [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64] [--overlap-sizes=4,16,64]
+//                      [--only=copy|allreduce|overlap] [--samples=9] [--quick] [--json=FILE]   (sizes in MiB)
 // --quick: 1 sample of at least 16 MiB moved, sizes 1 and 4 MiB, all-reduce
-// 1 MiB (seconds, for tests); --json: the figures as a list of results
-// (bench_report.h).
+// 1 MiB, overlap 4 MiB (seconds, for tests); the common flags: bench_main.h.
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
 #include <sched.h>
 
@@ -89,8 +88,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "causeway/base/env.h"
 #include "causeway/base/trace.h"
 #include "causeway/runtime/runtime.h"
 #include "causeway/scheduler/island.h"
@@ -138,7 +139,7 @@ void FillPattern(uint8_t* bytes, uint64_t size) {
 RuntimeOptions Options(int accelerators, uint64_t budget) {
   RuntimeOptions options;
   options.accelerators = accelerators;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
   options.memory_budget = budget;
   return options;
 }
@@ -338,7 +339,7 @@ void AllReduceTable(const std::vector<uint64_t>& sizes, int runs, bench::Report&
   const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
   RuntimeOptions options;
   options.accelerators = kMaxDevices;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
   // Per device: the input, the checked run's output, the outputs of a
   // stream's runs in flight and the one being made, the ring's chunk, and on
   // accelerators 0 and 1 the copy's buffers, with room to spare.
@@ -524,53 +525,24 @@ void OverlapTable(const std::vector<uint64_t>& sizes, int runs, bench::Report& r
 }
 
 int Main(int argc, char** argv) {
-  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
-  int runs = 9;
+  const bench::CommonFlags common = bench::StartBenchmark("causeway_ici_bench", argc, argv);
+  const int runs = common.SamplesOr(common.quick ? 1 : 9);
   std::vector<uint64_t> sizes = {1 * kMiB, 4 * kMiB, 16 * kMiB, 64 * kMiB, 256 * kMiB};
   std::vector<uint64_t> allreduce_sizes = {1 * kMiB, 16 * kMiB, 64 * kMiB};
   std::vector<uint64_t> overlap_sizes = {4 * kMiB, 16 * kMiB, 64 * kMiB};
   if (common.quick) {
     overlap_sizes = {4 * kMiB};
-    runs = 1;
     sample_bytes = 16 * kMiB;
     sizes = {1 * kMiB, 4 * kMiB};
     allreduce_sizes = {1 * kMiB};
   }
   std::string only;
-  auto parse_sizes = [](absl::string_view flag, absl::string_view list, std::vector<uint64_t>* out) {
-    out->clear();
-    for (absl::string_view s : absl::StrSplit(list, ',')) {
-      uint64_t mib;
-      if (!absl::SimpleAtoi(s, &mib) || mib < 1 || mib > 2048) {
-        Die(absl::StrCat(flag, " takes MiB counts 1..2048, got '", s, "'"));
-      }
-      out->push_back(mib * kMiB);
-    }
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (absl::StartsWith(a, "--runs=")) {
-      if (!absl::SimpleAtoi(a.substr(7), &runs) || runs < 1) Die(absl::StrCat("bad value in ", a));
-    } else if (absl::StartsWith(a, "--sizes=")) {
-      parse_sizes("--sizes", a.substr(8), &sizes);
-    } else if (absl::StartsWith(a, "--allreduce-sizes=")) {
-      parse_sizes("--allreduce-sizes", a.substr(18), &allreduce_sizes);
-    } else if (absl::StartsWith(a, "--overlap-sizes=")) {
-      parse_sizes("--overlap-sizes", a.substr(16), &overlap_sizes);
-    } else if (absl::StartsWith(a, "--only=")) {
-      only = a.substr(7);
-      if (only != "copy" && only != "allreduce" && only != "overlap") {
-        Die(absl::StrCat("--only takes copy, allreduce or overlap, got '", only, "'"));
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--runs=9] [--sizes=1,4,16,64,256] [--allreduce-sizes=1,16,64] "
-                   "[--overlap-sizes=4,16,64] [--only=copy|allreduce|overlap] [--quick] [--json=FILE]   "
-                   "(sizes in MiB)\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  bench::BenchFlags flags;
+  flags.Sizes("sizes", &sizes, kMiB, 2048, "copy sizes in MiB")
+      .Sizes("allreduce-sizes", &allreduce_sizes, kMiB, 2048, "all-reduce sizes in MiB")
+      .Sizes("overlap-sizes", &overlap_sizes, kMiB, 2048, "sizes of the copy-and-compute overlap, in MiB")
+      .Choice("only", &only, {"copy", "allreduce", "overlap"}, "run only this table (default: all)");
+  flags.Parse(argc, argv);
   bench::Report report("ici");
   if (only == "allreduce" || only == "overlap") {
     if (only == "allreduce") AllReduceTable(allreduce_sizes, runs, report);
@@ -593,13 +565,8 @@ int Main(int argc, char** argv) {
                      "cannot copy between them"));
   }
 
-  const char* lp = std::getenv("LP_NUM_THREADS");
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  sched_getaffinity(0, sizeof(cpus), &cpus);
-  std::printf("copy accelerator 0 -> 1 on %s, path %s; GB/s (1e9 B/s), median of %d samples; %d CPUs%s%s\n",
-              from->info().name.c_str(), CopyPathName(path), runs, CPU_COUNT(&cpus),
-              lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
+  std::printf("copy accelerator 0 -> 1 on %s, path %s; GB/s (1e9 B/s), median of %d samples; %s\n",
+              from->info().name.c_str(), CopyPathName(path), runs, bench::MachineNote().c_str());
   const bool engine = to->copy_engine() != nullptr;
   std::printf("%8s %10s %10s %8s %10s %8s %10s %8s\n", "size", "memcpy", "list", "/memcpy", "Copy", "/memcpy",
               "engine", "/memcpy");
@@ -651,10 +618,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace causeway
 
-int main(int argc, char** argv) {
-  // Debian's abseil is built with mutex deadlock detection on, which walks a
-  // lock graph on every lock; the test suite keeps it, tools turn it off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  causeway::bench::ProgramName() = "ici_bench";
-  return causeway::Main(argc, argv);
-}
+int main(int argc, char** argv) { return causeway::Main(argc, argv); }

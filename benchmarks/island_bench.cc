@@ -26,12 +26,11 @@
 // The cases alternate sample by sample; medians of `--samples` are printed,
 // and the ratios. Islands are `causeway island` processes on the CPU driver.
 //
-//   causeway_island_bench [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program] [--quick]
+//   causeway_island_bench [--sizes=1,4,16,64,256] [--only=transfer|program] [--samples=9] [--quick]
 //                         [--json=FILE]
 // --quick: 1 sample, 1 MiB, 32 MiB per transfer sample, 4 program runs per
-// sample (seconds, for tests); --json: the figures as a list of results
-// (bench_report.h). The islands are started from the causeway binary this
-// was built with, or $CAUSEWAY_CLI (as `causeway bench` sets it).
+// sample (seconds, for tests); the common flags: bench_main.h. The islands are started from the causeway
+// binary this was built with, or $CAUSEWAY_CLI (as `causeway bench` sets it).
 #include <signal.h>
 
 #include <algorithm>
@@ -48,9 +47,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
 #include "benchmarks/tcp_baseline.h"
+#include "causeway/base/env.h"
 #include "causeway/distributed/controller.h"
 #include "causeway/distributed/island_process.h"
 #include "causeway/kernels/reference.h"
@@ -73,8 +74,9 @@ uint64_t transfer_sample_bytes = uint64_t{512} << 20;  // at least this much a t
 int program_runs = 24;                                 // runs a program sample (--quick: 4)
 
 std::unique_ptr<IslandProcess> Island(const std::string& name, int accelerators) {
-  const char* cli = std::getenv("CAUSEWAY_CLI");
-  return Must(IslandProcess::Start(cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name, {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+  const std::string cli = EnvString("CAUSEWAY_CLI");
+  return Must(IslandProcess::Start(!cli.empty() ? cli : CAUSEWAY_CLI, name,
+                                   {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
               "start an island");
 }
 
@@ -142,12 +144,12 @@ double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& pr
 constexpr int kTransferInFlight = 2;
 constexpr int kTransferDepth = kTransferInFlight + 1;
 
-void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& report) {
+void TransferBench(int samples, const std::vector<uint64_t>& sizes_mib, Report& report) {
   auto a = Island("a", 1), b = Island("b", 1);
   auto c = Must(Controller::Connect({a->address(), b->address()}), "connect");
   RemoteMesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
-  const int largest = *std::max_element(sizes_mib.begin(), sizes_mib.end());
-  auto tcp = TcpBaseline::Start(uint64_t{static_cast<uint64_t>(largest)} << 20);
+  const uint64_t largest = *std::max_element(sizes_mib.begin(), sizes_mib.end());
+  auto tcp = TcpBaseline::Start(largest << 20);
   std::printf(
       "transfer between two island processes vs plain TCP between two processes (GB/s, medians of %d);\n"
       "  tcp: streamed, %d transfers unanswered at most (as causeway's runs in flight), sends of up to %llu "
@@ -156,8 +158,8 @@ void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& repor
       samples, kTransferDepth, static_cast<unsigned long long>(transport::kDataChunkBytes >> 20));
   std::printf("%10s %10s %10s %10s %10s %8s %10s\n", "size", "tcp", "one-way", "req/reply", "causeway",
               "/tcp", "/one-way");
-  for (int mib : sizes_mib) {
-    const uint64_t bytes = uint64_t{static_cast<uint64_t>(mib)} << 20;
+  for (uint64_t mib : sizes_mib) {
+    const uint64_t bytes = mib << 20;
     const int64_t elements = static_cast<int64_t>(bytes / 4);
     auto program = Must(c->Load(TransferDef(elements), {{"a", ma}, {"b", mb}}), "load");
     // As many distinct inputs as the TCP baseline has source buffers, used
@@ -193,8 +195,8 @@ void TransferBench(int samples, const std::vector<int>& sizes_mib, Report& repor
                  });
     const double t = Median(figures[0]), one_way = Median(figures[1]), rr = Median(figures[2]),
                  cw = Median(figures[3]);
-    std::printf("%7d MiB %10.2f %10.2f %10.2f %10.2f %8.2f %10.2f\n", mib, t, one_way, rr, cw, cw / t,
-                cw / one_way);
+    std::printf("%7llu MiB %10.2f %10.2f %10.2f %10.2f %8.2f %10.2f\n", static_cast<unsigned long long>(mib),
+                t, one_way, rr, cw, cw / t, cw / one_way);
     report.Add("transfer", absl::StrCat("island transfer ", mib, " MiB"), "GB/s")
         .Value(cw)
         .Baseline("streamed TCP", t)
@@ -283,40 +285,19 @@ void ProgramBench(int samples, Report& report) {
 
 int main(int argc, char** argv) {
   using namespace causeway::bench;
-  ProgramName() = "causeway_island_bench";
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  signal(SIGPIPE, SIG_IGN);
-  const CommonFlags common = TakeCommonFlags(argc, argv);
-  int samples = 9;
-  std::vector<int> sizes = {1, 4, 16, 64, 256};
+  const CommonFlags common = StartBenchmark("causeway_island_bench", argc, argv);
+  const int samples = common.SamplesOr(common.quick ? 1 : 9);
+  std::vector<uint64_t> sizes = {1, 4, 16, 64, 256};  // MiB
   if (common.quick) {
-    samples = 1;
     sizes = {1};
     transfer_sample_bytes = uint64_t{32} << 20;
     program_runs = 4;
   }
   std::string only;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (absl::StartsWith(arg, "--samples=")) {
-      if (!absl::SimpleAtoi(arg.substr(10), &samples) || samples < 1) return 2;
-    } else if (absl::StartsWith(arg, "--sizes=")) {
-      sizes.clear();
-      for (absl::string_view s : absl::StrSplit(arg.substr(8), ',')) {
-        int v;
-        if (!absl::SimpleAtoi(s, &v) || v < 1 || v > 1024) return 2;
-        sizes.push_back(v);
-      }
-    } else if (absl::StartsWith(arg, "--only=")) {
-      only = arg.substr(7);
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--samples=9] [--sizes=1,4,16,64,256] [--only=transfer|program] [--quick] "
-                   "[--json=FILE]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  BenchFlags flags;
+  flags.Sizes("sizes", &sizes, 1, 1024, "transfer sizes in MiB")
+      .Choice("only", &only, {"transfer", "program"}, "run only this table (default: both)");
+  flags.Parse(argc, argv);
   Report report("island");
   if (only.empty() || only == "transfer") TransferBench(samples, sizes, report);
   if (only.empty() || only == "program") ProgramBench(samples, report);

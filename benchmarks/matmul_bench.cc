@@ -16,12 +16,12 @@
 // Each sample runs `reps` products back to back (so that one sample does at
 // least ~1 GFLOP: small shapes are not dominated by submission cost) and
 // times them with the wall clock; the three alternate sample by sample, and
-// the medians of `--runs` samples are printed in GFLOP/s, with the ratio
+// the medians of `--samples` samples are printed in GFLOP/s, with the ratio
 // against OpenBLAS. Both device results are checked once against OpenBLAS's.
 //
-//   causeway_matmul_bench [--runs=5] [--shapes=MxNxK[xB],...] [--quick] [--json=FILE]
-// --quick: 2 runs of two small shapes (seconds, for tests); --json: the
-// figures as a list of results (bench_report.h).
+//   causeway_matmul_bench [--shapes=[Bx]MxNxK,...] [--samples=5] [--quick] [--json=FILE]
+// --quick: 2 samples of two small shapes (seconds, for tests); the common
+// flags: bench_main.h.
 #include <cblas.h>
 #include <sched.h>
 #include <unistd.h>
@@ -42,8 +42,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/kernels/ops.h"
 #include "causeway/kernels/reference.h"
@@ -88,37 +90,34 @@ double MaxError(const std::vector<float>& x, const std::vector<float>& y) {
 }
 
 int Main(int argc, char** argv) {
-  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
-  int runs = 5;
+  const bench::CommonFlags common = bench::StartBenchmark("causeway_matmul_bench", argc, argv);
+  const int runs = common.SamplesOr(common.quick ? 2 : 5);
   std::vector<Shape> shapes = {{256, 256, 256},    {512, 512, 512},   {1024, 1024, 1024},
                                {512, 2048, 512},   {2048, 512, 2048}, {128, 128, 64, 16}};
   double min_sample_flops = 1e9;
   if (common.quick) {
-    runs = 2;
     shapes = {{128, 128, 128}, {64, 64, 32, 4}};
     min_sample_flops = 2e7;
   }
-  const char* usage = "usage: %s [--runs=5] [--shapes=MxNxK[xB],...] [--quick] [--json=FILE]\n";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (absl::ConsumePrefix(&a, "--runs=")) {
-      if (!absl::SimpleAtoi(a, &runs) || runs < 1) return std::fprintf(stderr, usage, argv[0]), 2;
-    } else if (absl::ConsumePrefix(&a, "--shapes=")) {
-      shapes.clear();
-      for (absl::string_view s : absl::StrSplit(a, ',')) {
-        Shape shape;
-        if (!ParseShape(s, &shape)) return std::fprintf(stderr, usage, argv[0]), 2;
-        shapes.push_back(shape);
-      }
-    } else {
-      std::fprintf(stderr, usage, argv[0]);
-      return 2;
-    }
-  }
+  bench::BenchFlags flags;
+  flags.Text(
+      "shapes", "[Bx]MxNxK,...",
+      [&shapes](absl::string_view list) {
+        std::vector<Shape> parsed;
+        for (absl::string_view s : absl::StrSplit(list, ',')) {
+          Shape shape;
+          if (!ParseShape(s, &shape)) return absl::StrCat("takes [Bx]MxNxK,...; '", s, "' is not one");
+          parsed.push_back(shape);
+        }
+        shapes = std::move(parsed);
+        return std::string();
+      },
+      "the products to time (B: a batch)");
+  flags.Parse(argc, argv);
 
   RuntimeOptions options;
   options.accelerators = 1;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
   auto rt = Must(Runtime::Create(options), "Runtime::Create");
   Accelerator* acc = rt->accelerator(0);
   // OpenBLAS's threads: the CPUs this process may run on (under taskset,
@@ -268,16 +267,12 @@ int main(int argc, char** argv) {
   const char* core = openblas_get_corename();
   const bool generic = core != nullptr && (std::string(core) == "Prescott" || std::string(core) == "Core2" ||
                                            std::string(core) == "Nehalem");
-  if (generic && std::getenv("OPENBLAS_CORETYPE") == nullptr &&
+  if (generic && !causeway::EnvValue("OPENBLAS_CORETYPE").has_value() &&
       (__builtin_cpu_supports("avx512f") || __builtin_cpu_supports("avx2"))) {
     setenv("OPENBLAS_CORETYPE", __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell", 1);
     execv("/proc/self/exe", argv);
     std::fprintf(stderr, "matmul_bench: could not run again with OPENBLAS_CORETYPE=%s\n",
-                 std::getenv("OPENBLAS_CORETYPE"));
+                 causeway::EnvString("OPENBLAS_CORETYPE").c_str());
   }
-  // Debian's abseil is built with mutex deadlock detection on, which walks a
-  // lock graph on every lock; the test suite keeps it, tools turn it off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  causeway::bench::ProgramName() = "matmul_bench";
   return causeway::Main(argc, argv);
 }

@@ -9,13 +9,15 @@
 // Every layout is built and trains 2 warm-up steps (programs built, pipelines
 // compiled); then the layouts take turns of 3 steps each, the order rotating
 // from turn to turn, so that noise on the machine falls on all of them alike,
-// until each has at least `--steps` samples. A sample is one step's wall
+// until each has at least `--samples` samples. A sample is one step's wall
 // time from the trainer's progress reports, the first step of a turn not
 // counted (steps are queued one ahead, so the rest are the steady state);
 // tokens/s is the global batch's tokens over the median step. Every row runs
 // on the same device: CAUSEWAY_DEVICE, else the CPU driver.
 //
-//   causeway_models_bench [--steps=9] [--accelerators=4] [--no-islands] [--quick] [--json=FILE]
+//   causeway_models_bench [--accelerators=4] [--[no-]islands] [--samples=9] [--quick] [--json=FILE]
+// --quick: 2 samples of a small model (seconds, for tests); the common flags:
+// bench_main.h.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +31,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "causeway/base/env.h"
 #include "causeway/client/local_client.h"
 #include "causeway/client/remote_client.h"
 #include "causeway/distributed/controller.h"
@@ -70,16 +74,17 @@ constexpr int kStepsPerTurn = 3;
 
 std::unique_ptr<transport::IslandProcess> StartIsland(const std::string& name, int accelerators,
                                                       const std::string& device) {
-  const char* cli = std::getenv("CAUSEWAY_CLI");
+  const std::string cli = EnvString("CAUSEWAY_CLI");
   return Must(transport::IslandProcess::Start(
-                  cli != nullptr && cli[0] != '\0' ? cli : CAUSEWAY_CLI, name,
+                  !cli.empty() ? cli : CAUSEWAY_CLI, name,
                   {absl::StrCat("--device=", device), absl::StrCat("--accelerators=", accelerators)}),
               "start an island");
 }
 
 int Main(int argc, char** argv) {
-  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
-  int steps = 9, accelerators = 4;
+  const bench::CommonFlags common = bench::StartBenchmark("causeway_models_bench", argc, argv);
+  const int steps = common.SamplesOr(common.quick ? 2 : 9);
+  int accelerators = 4;
   models::TransformerConfig config;
   config.d_model = 128;
   config.heads = 4;
@@ -88,41 +93,27 @@ int Main(int argc, char** argv) {
   config.seq_len = 64;
   uint32_t batch = 32;
   if (common.quick) {
-    steps = 2;
     config.d_model = 32;
     config.d_ff = 64;
     config.seq_len = 16;
     batch = 16;
   }
   bool islands = true;
-  const char* usage = "usage: %s [--steps=9] [--accelerators=4] [--no-islands] [--quick] [--json=FILE]\n";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    if (absl::ConsumePrefix(&a, "--steps=")) {
-      if (!absl::SimpleAtoi(a, &steps) || steps < 1) return std::fprintf(stderr, usage, argv[0]), 2;
-    } else if (a == "--no-islands") {
-      islands = false;
-    } else if (absl::ConsumePrefix(&a, "--accelerators=")) {
-      if (!absl::SimpleAtoi(a, &accelerators) || accelerators < 4 || accelerators % 4 != 0) {
-        std::fprintf(stderr, "--accelerators must be a multiple of 4\n");
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, usage, argv[0]);
-      return 2;
-    }
-  }
+  bench::BenchFlags flags;
+  flags.Int("accelerators", &accelerators, 4, 64, "accelerators of the largest layout, a multiple of 4")
+      .Switch("islands", &islands, "also the two-island row (island processes)");
+  flags.Parse(argc, argv);
+  if (accelerators % 4 != 0) bench::Die("--accelerators must be a multiple of 4");
 
   // The shipped corpus, where the source tree was, or where CAUSEWAY_CORPUS
   // says (binaries packed for another machine, scripts/gpu-check.sh).
-  const char* corpus_env = std::getenv("CAUSEWAY_CORPUS");
-  const std::string corpus_path = corpus_env != nullptr && corpus_env[0] != '\0'
-                                      ? std::string(corpus_env)
-                                      : std::string(CAUSEWAY_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
+  const std::string corpus_env = EnvString("CAUSEWAY_CORPUS");
+  const std::string corpus_path =
+      !corpus_env.empty() ? corpus_env : std::string(CAUSEWAY_SOURCE_DIR) + "/data/kjv-genesis-exodus.txt";
   const models::TextCorpus corpus = Must(models::TextCorpus::Load(corpus_path), "TextCorpus::Load");
   // Every row on the same device: CAUSEWAY_DEVICE, else the CPU driver.
-  const char* device_env = std::getenv("CAUSEWAY_DEVICE");
-  const std::string device = device_env != nullptr && device_env[0] != '\0' ? device_env : "cpu";
+  const std::string device_env = EnvString("CAUSEWAY_DEVICE");
+  const std::string device = !device_env.empty() ? device_env : "cpu";
   RuntimeOptions options;
   options.accelerators = accelerators;
   options.device = device;
@@ -227,10 +218,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace causeway
 
-int main(int argc, char** argv) {
-  // Debian's abseil is built with mutex deadlock detection on, which walks a
-  // lock graph on every lock; the test suite keeps it, tools turn it off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  causeway::bench::ProgramName() = "models_bench";
-  return causeway::Main(argc, argv);
-}
+int main(int argc, char** argv) { return causeway::Main(argc, argv); }

@@ -64,12 +64,12 @@
 //              assert the policy with a wide margin; this is its precision.
 //
 // Configurations of a table alternate sample by sample (the order rotates),
-// `--runs` samples each; medians are printed, and the ratios of medians taken
+// `--samples` samples each; medians are printed, and the ratios of medians taken
 // in the same run. A sample lasts about sample_seconds: its size is set from
 // the rate seen in a warm-up. Every sample's result is downloaded and checked
 // (outside the timed part); a wrong value aborts the benchmark.
 //
-//   causeway_scheduler_bench [--runs=9] [--only=dispatch|pipeline|tenancy|shares] [--quick] [--json=FILE]
+//   causeway_scheduler_bench [--only=dispatch|pipeline|tenancy|shares] [--samples=9] [--quick] [--json=FILE]
 // --quick: 1 sample of about 10 ms per figure (seconds, for tests); --json:
 // the figures as a list of results (bench_report.h).
 // For steadier figures on a small machine: LP_NUM_THREADS=0 taskset -c 0.
@@ -97,8 +97,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "benchmarks/bench_main.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/bench_util.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/base/trace.h"
 #include "causeway/kernels/builtin_kernels.h"
@@ -170,7 +172,7 @@ void ExpectEquals(const ArrayRef& a, const std::vector<float>& want, const std::
 std::unique_ptr<Runtime> MakeRuntime(int accelerators) {
   RuntimeOptions options;
   options.accelerators = accelerators;
-  options.device = std::getenv("CAUSEWAY_DEVICE") ? "" : "cpu";
+  options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
   return Must(Runtime::Create(options), "Runtime::Create");
 }
 
@@ -923,33 +925,17 @@ void SharesTable(int runs, bench::Report& report) {
 }
 
 int Main(int argc, char** argv) {
-  const bench::CommonFlags common = bench::TakeCommonFlags(argc, argv);
-  int runs = 9;
-  if (common.quick) runs = 1, sample_seconds = 0.01;
+  const bench::CommonFlags common = bench::StartBenchmark("causeway_scheduler_bench", argc, argv);
+  const int runs = common.SamplesOr(common.quick ? 1 : 9);
+  if (common.quick) sample_seconds = 0.01;
   std::string only;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (absl::StartsWith(a, "--runs=")) {
-      if (!absl::SimpleAtoi(a.substr(7), &runs) || runs < 1) Die(absl::StrCat("bad value in ", a));
-    } else if (absl::StartsWith(a, "--only=")) {
-      only = a.substr(7);
-      if (only != "dispatch" && only != "pipeline" && only != "tenancy" && only != "shares") {
-        Die(absl::StrCat("--only takes dispatch, pipeline, tenancy or shares, got '", only, "'"));
-      }
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--runs=9] [--only=dispatch|pipeline|tenancy|shares] [--quick] [--json=FILE]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
-  const char* lp = std::getenv("LP_NUM_THREADS");
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  sched_getaffinity(0, sizeof(cpus), &cpus);
+  bench::BenchFlags flags;
+  flags.Choice("only", &only, {"dispatch", "pipeline", "tenancy", "shares"},
+               "run only this table (default: all)");
+  flags.Parse(argc, argv);
   bench::Report report("scheduler");
-  std::printf("scheduler dispatch benchmarks: %d samples per figure, %d CPUs%s%s\n", runs, CPU_COUNT(&cpus),
-              lp ? ", LP_NUM_THREADS=" : "", lp ? lp : "");
+  std::printf("scheduler dispatch benchmarks: %d samples per figure, %s\n", runs,
+              bench::MachineNote().c_str());
   if (only.empty() || only == "dispatch" || only == "pipeline") {
     auto rt = MakeRuntime(kMaxAccelerators);
     std::printf("%zu accelerators on %s\n", rt->size(), rt->accelerator(0)->info().name.c_str());
@@ -965,10 +951,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace causeway
 
-int main(int argc, char** argv) {
-  // Debian's abseil is built with mutex deadlock detection on, which walks a
-  // lock graph on every lock; the test suite keeps it, tools turn it off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  causeway::bench::ProgramName() = "scheduler_bench";
-  return causeway::Main(argc, argv);
-}
+int main(int argc, char** argv) { return causeway::Main(argc, argv); }

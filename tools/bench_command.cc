@@ -1,7 +1,7 @@
 // causeway bench: runs the benchmark suite and writes its report.
 //
 // Each suite is a benchmark binary (benchmarks/), run as a child process with
-// --json=FILE (and --quick, --runs/--samples when asked); its text goes to
+// --json=FILE (and --quick, --samples when asked); its text goes to
 // OUT/raw/SUITE.txt, its stderr to OUT/raw/SUITE.stderr.txt, its results
 // (benchmarks/bench_report.h) to OUT/raw/SUITE.json. Then, in OUT:
 //
@@ -18,12 +18,11 @@
 // --update-doc also writes the repository's BENCHMARKS.md, with the plots in
 // docs/bench/. A suite that fails is reported with its stderr; the others
 // still run and the command exits 1. Adding a suite is adding an entry to
-// kSuites (and its plots to kPlots): a suite binary takes --quick and
-// --json=FILE.
+// kSuites (and its plots to kPlots): a suite binary starts with
+// benchmarks/bench_main.h.
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,7 +57,10 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/env.h"
 #include "causeway/base/seconds.h"
+#include "causeway/base/status.h"
+#include "causeway/base/subprocess.h"
 #include "causeway/runtime/instance.h"
 #include "causeway/runtime/memory.h"
 #include "causeway/runtime/runtime.h"
@@ -76,27 +78,27 @@ using json = nlohmann::ordered_json;  // keeps the order the benchmarks wrote
 
 // --- the suites and their plots ---------------------------------------------
 
-// One benchmark binary. It takes --quick (small sizes, few samples: seconds)
-// and --json=FILE (bench_report.h), and `samples_flag`=N.
+// One benchmark binary. It takes the common flags of benchmarks/bench_main.h:
+// --quick (small sizes, few samples: seconds), --json=FILE and --samples=N.
 struct Suite {
   const char* name;
   const char* binary;
-  const char* samples_flag;
   const char* what;  // one line, for --list and BENCHMARKS.md
 };
 
 const Suite kSuites[] = {
-    {"dispatch", "causeway_dispatch_bench", "--runs", "per-dispatch cost against raw Vulkan calls"},
-    {"scheduler", "causeway_scheduler_bench", "--runs",
+    {"dispatch", "causeway_dispatch_bench", "per-dispatch cost against raw Vulkan calls"},
+    {"scheduler", "causeway_scheduler_bench",
      "Pathways dispatch (OpByOp, Chained, Fused), pipeline dispatch, multi-tenancy"},
-    {"ici", "causeway_ici_bench", "--runs",
+    {"ici", "causeway_ici_bench",
      "copies between accelerators against memcpy; all-reduce bus bandwidth against the copy"},
-    {"dcn", "causeway_dcn_bench", "--runs", "transfers between two processes against plain TCP"},
-    {"island", "causeway_island_bench", "--samples",
+    {"dcn", "causeway_dcn_bench", "transfers between two processes against plain TCP"},
+    {"island", "causeway_island_bench",
      "island processes: transfers against plain TCP; a program over two islands against one"},
-    {"matmul", "causeway_matmul_bench", "--runs", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
-    {"models", "causeway_models_bench", "--steps",
-     "the language model's training tokens/s: SPMD against GPipe pipelines and two islands (Pathways' Table 2)"},
+    {"matmul", "causeway_matmul_bench", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
+    {"models", "causeway_models_bench",
+     "the language model's training tokens/s: SPMD against GPipe pipelines and two islands (Pathways' Table "
+     "2)"},
 };
 
 // A plot of one group of a suite's results. Bars (x_param empty): one
@@ -170,8 +172,7 @@ std::string SelfDirectory() {
 // them), beside the causeway binary, and the installed libexec directory.
 std::vector<std::string> BenchDirectories() {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv("CAUSEWAY_BENCH_DIR"); env != nullptr && env[0] != '\0')
-    dirs.push_back(env);
+  if (std::string env = EnvString("CAUSEWAY_BENCH_DIR"); !env.empty()) dirs.push_back(env);
 #ifdef CAUSEWAY_BENCH_DIR
   dirs.push_back(CAUSEWAY_BENCH_DIR);
 #endif
@@ -273,65 +274,41 @@ std::string ParamText(const json& v) {
 absl::StatusOr<int> Spawn(const std::vector<std::string>& argv, const std::string& out,
                           const std::string& err, const std::function<void()>& tick,
                           absl::Duration deadline = absl::InfiniteDuration()) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out.empty() ? "/dev/null" : out.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.empty() ? "/dev/null" : err.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // The child starts with no signal blocked: this process blocks the stop
-  // signals (interrupt.h), and a child that inherited that could not be
-  // stopped.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return absl::NotFoundError(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+  SpawnOptions options;
+  options.argv = argv;
+  options.stdout_path = out.empty() ? "/dev/null" : out;
+  options.stderr_path = err.empty() ? "/dev/null" : err;
+  // The child starts with no signal blocked (SpawnOptions' default): this
+  // process blocks the stop signals (interrupt.h), and a child that
+  // inherited that could not be stopped.
+  CAUSEWAY_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Spawn(options));
+  const pid_t pid = child.pid();
   // Stopped by a signal, bench stops what it runs.
   SetInterruptHook([pid] { kill(pid, SIGTERM); });
   struct ClearHook {
     ~ClearHook() { SetInterruptHook(nullptr); }
   } clear_hook;
-  int status = 0;
   const absl::Time start = absl::Now();
   std::optional<int> stopped_with;  // the signal sent past the deadline
   for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      if (!stopped_with.has_value()) return status;
+    const absl::Duration ran = absl::Now() - start;
+    absl::StatusOr<int> status =
+        child.Wait(absl::Now() + std::clamp(deadline - ran, absl::Milliseconds(1), absl::Milliseconds(100)));
+    if (status.ok()) {
+      if (!stopped_with.has_value()) return *status;
       return absl::DeadlineExceededError(absl::StrCat("ran past its deadline of ", FormatSeconds(deadline),
                                                       " and was stopped (", strsignal(*stopped_with), ")"));
     }
-    if (r < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
-    const absl::Duration ran = absl::Now() - start;
-    if (!stopped_with.has_value() && ran > deadline) {
+    if (!absl::IsDeadlineExceeded(status.status())) return status.status();
+    if (!stopped_with.has_value() && absl::Now() - start > deadline) {
       stopped_with = SIGTERM;
-      kill(pid, SIGTERM);
-    } else if (stopped_with == SIGTERM && ran > deadline + absl::Seconds(2)) {
+      child.Signal(SIGTERM);
+    } else if (stopped_with == SIGTERM && absl::Now() - start > deadline + absl::Seconds(2)) {
       stopped_with = SIGKILL;
-      kill(pid, SIGKILL);
+      child.Signal(SIGKILL);
     }
     if (tick) tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(
-        std::min<int64_t>(100, std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - ran)))));
   }
-}
-
-std::string DescribeStatus(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exit code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
-  return "ended abnormally";
 }
 
 // Runs a shell command and returns its stdout without the trailing newline,
@@ -401,14 +378,14 @@ json MachineFacts() {
     }
     m["vulkan_devices"] = devices;
     RuntimeOptions options;
-    options.device = std::getenv("CAUSEWAY_DEVICE") != nullptr ? "" : "cpu";
+    options.device = EnvString("CAUSEWAY_DEVICE").empty() ? "cpu" : "";
     if (auto plan = Runtime::Plan(**instance, options); plan.ok())
       m["benchmark_device"] = plan->device->index;
   }
   json env = json::object();
   for (const char* name : {"LP_NUM_THREADS", "CAUSEWAY_DEVICE", "CAUSEWAY_ACCELERATORS",
                            "CAUSEWAY_MEMORY_BUDGET", "CAUSEWAY_RING_SLOTS", "CAUSEWAY_VALIDATION"}) {
-    if (const char* v = std::getenv(name); v != nullptr) env[name] = v;
+    if (std::optional<std::string> v = EnvValue(name); v.has_value()) env[name] = *v;
   }
   m["environment"] = env;
   return m;
@@ -620,7 +597,7 @@ std::vector<std::string> DrawPlots(const json& results, const fs::path& out) {
   }
   if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0 || drawn.size() != files.size()) {
     std::fprintf(stderr, "causeway bench: gnuplot failed (%s); %zu of %zu plots drawn:\n%s\n",
-                 DescribeStatus(*status).c_str(), drawn.size(), files.size(),
+                 DescribeWaitStatus(*status).c_str(), drawn.size(), files.size(),
                  Tail(ReadFile(log), 10).c_str());
   }
   return drawn;
@@ -777,7 +754,7 @@ std::string ReadmeSummary(const json& report) {
                   report["machine"].value("cores", 0),
                   " cores); every figure in [BENCHMARKS.md](BENCHMARKS.md). ",
                   "Ratio: Causeway's figure over the baseline's, measured in the same run.\n\n",
-                  "| suite | case | Causeway | baseline | ratio |\n| --- | --- | ---: | --- | ---: |\n");
+                  "| suite | table | case | Causeway | baseline | ratio |\n| --- | --- | --- | ---: | --- | ---: |\n");
   std::vector<std::pair<std::string, std::string>> groups;
   for (const json& r : results) {
     std::pair<std::string, std::string> g = {Text(r, "suite"), Text(r, "group")};
@@ -789,7 +766,7 @@ std::string ReadmeSummary(const json& report) {
     for (const json* r : rows) {
       const std::string baseline = Text(*r, "baseline");
       absl::StrAppend(
-          &md, "| ", suite, " | ", Text(*r, "case"), " | ", Figure(Number(*r, "value")), " ",
+          &md, "| ", suite, " | ", group, " | ", Text(*r, "case"), " | ", Figure(Number(*r, "value")), " ",
           Text(*r, "metric"), " | ",
           baseline.empty() ? "-" : absl::StrCat(baseline, ": ", Figure(Number(*r, "baseline_value"))), " | ",
           baseline.empty() ? "-" : Figure(Number(*r, "ratio")), " |\n");
@@ -916,7 +893,7 @@ SuiteRun RunSuite(const Suite& suite, const std::string& binary, const std::vect
     return run;
   }
   if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-    run.error = absl::StrCat(suite.binary, " failed (", DescribeStatus(*status), ")");
+    run.error = absl::StrCat(suite.binary, " failed (", DescribeWaitStatus(*status), ")");
     return run;
   }
   if (!fs::exists(json_path)) {
@@ -938,10 +915,7 @@ SuiteRun RunSuite(const Suite& suite, const std::string& binary, const std::vect
   return run;
 }
 
-int Fail(const std::string& message, int code) {
-  std::fprintf(stderr, "causeway bench: %s\n", message.c_str());
-  return code;
-}
+int Fail(const std::string& message, int code) { return cli::Fail("bench", message, code); }
 
 }  // namespace
 
@@ -957,18 +931,20 @@ int BenchCommand(const std::vector<std::string>& args) {
       {"list", "list the suites and where their binaries are, then exit", "", true},
       {"deadline", "the most each suite may take (e.g. 20m): past it, it is stopped and reported failed", ""},
   });
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(std::string(s.message()), 2);
-  if (flags.Bool("help")) {
-    std::printf(
-        "usage: causeway bench [--only SUITE,...] [--quick] [--samples N] [--out DIR] [--update-doc]\n\n"
-        "Runs the benchmark suites (each a benchmark binary, as a child process), each comparing Causeway\n"
-        "against a baseline measured in the same run, and writes DIR/results.json, results.csv, SVG plots\n"
-        "(with gnuplot) and BENCHMARKS.md. Prints a summary of the results on stdout. Suites: %s.\n\n%s",
-        SuiteNames().c_str(), flags.Help().c_str());
-    return 0;
+  if (auto done = StartCommand(
+          "bench",
+          absl::StrCat(
+              "usage: causeway bench [--only SUITE,...] [--quick] [--samples N] [--out DIR] "
+              "[--update-doc]\n\n"
+              "Runs the benchmark suites (each a benchmark binary, as a child process), each comparing "
+              "Causeway\n"
+              "against a baseline measured in the same run, and writes DIR/results.json, results.csv, SVG "
+              "plots\n"
+              "(with gnuplot) and BENCHMARKS.md. Prints a summary of the results on stdout. Suites: ",
+              SuiteNames(), ".\n\n"),
+          flags, args)) {
+    return *done;
   }
-  if (!flags.positional().empty())
-    return Fail(absl::StrCat("unexpected argument '", flags.positional()[0], "'"), 2);
   auto trace = flags.StartTrace();
   if (!trace.ok()) return Fail(std::string(trace.status().message()), 1);
 
@@ -1064,7 +1040,7 @@ int BenchCommand(const std::vector<std::string>& args) {
     progress.Start(static_cast<int>(i), suite.name);
     std::vector<std::string> suite_args;
     if (flags.Bool("quick")) suite_args.push_back("--quick");
-    if (samples > 0) suite_args.push_back(absl::StrCat(suite.samples_flag, "=", samples));
+    if (samples > 0) suite_args.push_back(absl::StrCat("--samples=", samples));
     SuiteRun run;
     if (binaries[&suite].empty()) {
       run = {&suite, "", suite_args};

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/runtime/memory.h"
@@ -95,21 +96,18 @@ int DemoCommand(const std::vector<std::string>& args) {
   specs.push_back({"batches", "batches flowing through the pipeline (one program run each)", "8"});
   specs.push_back({"repeats", "timed runs of each mode (the median is reported)", "5"});
   Flags flags(specs);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway demo: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
-  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf(
-        "usage: causeway demo [flags]\n\nA pipeline of matmuls, one stage per accelerator, run as a Causeway "
-        "program,\nchecked against a CPU reference and timed in asynchronous and synchronous dispatch.\n\n%s",
-        flags.Help().c_str());
-    return 0;
+  auto fail = [](const absl::Status& s, int code) { return Fail("demo", s, code); };
+  if (auto done =
+          StartCommand("demo",
+                       "usage: causeway demo [flags]\n\nA pipeline of matmuls, one stage per accelerator, "
+                       "run as a Causeway program,\nchecked against a CPU reference and timed in "
+                       "asynchronous and synchronous dispatch.\n\n",
+                       flags, args)) {
+    return *done;
   }
   auto options = RuntimeOptionsFromFlags(flags);
   if (!options.ok()) return fail(options.status(), 2);
-  if (!flags.Has("accelerators") && std::getenv("CAUSEWAY_ACCELERATORS") == nullptr) options->accelerators = 4;
+  if (!flags.Has("accelerators") && EnvString("CAUSEWAY_ACCELERATORS").empty()) options->accelerators = 4;
   auto n64 = flags.Int("size");
   auto batches64 = flags.Int("batches");
   auto repeats64 = flags.Int("repeats");

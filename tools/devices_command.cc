@@ -29,31 +29,15 @@ std::string Version(uint32_t v) {
 
 int DevicesCommand(const std::vector<std::string>& args) {
   Flags flags(RuntimeFlagSpecs());
-  if (absl::Status s = flags.Parse(args); !s.ok()) {
-    std::fprintf(stderr, "causeway devices: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (flags.Bool("help")) {
-    std::printf("usage: causeway devices [flags]\n\n%s", flags.Help().c_str());
-    return 0;
-  }
+  if (auto done = StartCommand("devices", "usage: causeway devices [flags]\n\n", flags, args)) return *done;
   auto options = RuntimeOptionsFromFlags(flags);
-  if (!options.ok()) {
-    std::fprintf(stderr, "causeway devices: %s\n", std::string(options.status().message()).c_str());
-    return 2;
-  }
+  if (!options.ok()) return Fail("devices", options.status(), 2);
   auto trace = flags.StartTrace();
-  if (!trace.ok()) {
-    std::fprintf(stderr, "causeway devices: %s\n", std::string(trace.status().message()).c_str());
-    return 2;
-  }
+  if (!trace.ok()) return Fail("devices", trace.status(), 2);
   InstanceOptions io;
   io.validation = options->validation;
   auto instance = Instance::Create(io);
-  if (!instance.ok()) {
-    std::fprintf(stderr, "causeway devices: %s\n", std::string(instance.status().message()).c_str());
-    return 1;
-  }
+  if (!instance.ok()) return Fail("devices", instance.status(), 1);
   std::printf("physical devices:\n");
   for (const auto& d : (*instance)->physical_devices()) {
     const auto& l = d.limits;
@@ -84,10 +68,7 @@ int DevicesCommand(const std::vector<std::string>& args) {
                 d.shader_float16 ? "yes" : "no", d.storage_buffer_16bit ? "yes" : "no");
   }
   auto plan = Runtime::Plan(**instance, *options);
-  if (!plan.ok()) {
-    std::fprintf(stderr, "causeway devices: %s\n", std::string(plan.status().message()).c_str());
-    return 1;
-  }
+  if (!plan.ok()) return Fail("devices", plan.status(), 1);
   std::printf("\naccelerators that would be made: %d on [%u] %s\n", plan->accelerators, plan->device->index,
               plan->device->name.c_str());
   if (plan->shared_device) {

@@ -1,5 +1,7 @@
 #include "tools/flags.h"
 
+#include <cstdio>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,36 @@ namespace causeway::cli {
 Flags::Flags(std::vector<FlagSpec> specs) : specs_(std::move(specs)) {
   specs_.push_back({"trace", "write a Chrome trace of the command to FILE (docs/trace-format.md)", ""});
   specs_.push_back({"help", "show this help", "", true});
+}
+
+int Fail(absl::string_view command, absl::string_view message, int code) {
+  std::fprintf(stderr, "causeway %s: %s\n", std::string(command).c_str(), std::string(message).c_str());
+  return code;
+}
+
+int Fail(absl::string_view command, const absl::Status& status, int code) {
+  return Fail(command, status.message(), code);
+}
+
+std::optional<int> StartCommand(absl::string_view command, absl::string_view usage, Flags& flags,
+                                const std::vector<std::string>& args, const Positional& positional) {
+  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(command, s, 2);
+  if (flags.Bool("help")) {
+    std::printf("%s%s", std::string(usage).c_str(), flags.Help().c_str());
+    return 0;
+  }
+  const std::vector<std::string>& got = flags.positional();
+  if (got.size() == positional.count) return std::nullopt;
+  std::string message;
+  if (positional.count == 0) {
+    message = absl::StrCat("unexpected argument '", got[0], "'");
+  } else {
+    message = absl::StrCat("expected ", positional.count == 1 ? "one" : absl::StrCat(positional.count), " ",
+                           positional.what, ", got ", got.empty() ? "none" : absl::StrCat(got.size()));
+  }
+  const std::string hint =
+      positional.hint.empty() ? absl::StrCat("causeway ", command, " --help") : positional.hint;
+  return Fail(command, absl::StrCat(message, " (", hint, ")"), 2);
 }
 
 absl::StatusOr<std::unique_ptr<TraceSession>> Flags::StartTrace() const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "causeway/base/trace.h"
 #include "causeway/distributed/controller.h"
@@ -50,6 +51,28 @@ class Flags {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
+
+// Prints "causeway COMMAND: MESSAGE" on stderr (the status's message) and
+// returns `code`: how every command reports an error.
+int Fail(absl::string_view command, absl::string_view message, int code);
+int Fail(absl::string_view command, const absl::Status& status, int code);
+
+// A command's positional arguments: exactly `count` of them, named by `what`
+// ("PROGRAM file") in the error when there are not, which ends with `hint`
+// (by default, a pointer to the command's --help).
+struct Positional {
+  size_t count = 0;
+  std::string what;
+  std::string hint;
+};
+
+// The start every command shares: parses `args` into `flags`; with --help
+// prints `usage` and the flags' help; then checks the positional arguments
+// against `positional` (none by default). Returns the exit code to end
+// with (0 after --help; 2 after a usage error, said on stderr as Fail
+// does), or nullopt to go on.
+std::optional<int> StartCommand(absl::string_view command, absl::string_view usage, Flags& flags,
+                                const std::vector<std::string>& args, const Positional& positional = {});
 
 // The flags every command that makes accelerators takes.
 std::vector<FlagSpec> RuntimeFlagSpecs();

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "causeway/base/env.h"
 #include "causeway/base/fault_injection.h"
 #include "causeway/base/status.h"
 #include "causeway/distributed/island_server.h"
@@ -118,18 +119,8 @@ int IslandCommand(const std::vector<std::string>& args) {
                    "before their receives), e.g. 256MiB",
                    "1GiB"});
   Flags flags(specs);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway island: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
-  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf("%s%s", kUsage, flags.Help().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positional()[0], "'")), 2);
-  }
+  auto fail = [](const absl::Status& s, int code) { return Fail("island", s, code); };
+  if (auto done = StartCommand("island", kUsage, flags, args)) return *done;
   auto runtime_options = RuntimeOptionsFromFlags(flags);
   if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
   auto timeout_ms = flags.Int("peer-timeout-ms");
@@ -138,8 +129,8 @@ int IslandCommand(const std::vector<std::string>& args) {
   }
 
   // Fault injection for tests of a real island process (causeway/base/fault_injection.h).
-  if (const char* fault = std::getenv("CAUSEWAY_FAULT"); fault != nullptr) {
-    if (absl::Status s = ArmFaultFromString(fault); !s.ok()) return fail(s, 2);
+  if (std::optional<std::string> fault = EnvValue("CAUSEWAY_FAULT"); fault.has_value()) {
+    if (absl::Status s = ArmFaultFromString(*fault); !s.ok()) return fail(s, 2);
   }
 
   IslandServerOptions options;

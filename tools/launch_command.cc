@@ -11,7 +11,6 @@
 // (launch forwards it) nor outlives a launcher that was killed.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "causeway/base/status.h"
+#include "causeway/base/subprocess.h"
 #include "causeway/transport/socket.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -75,8 +75,7 @@ struct Child {
   int id = 0;
   std::string name;     // "island-3"
   std::string address;  // where it listens
-  pid_t pid = -1;
-  bool running = false;
+  Subprocess process;
 };
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
@@ -91,16 +90,6 @@ std::string JoinHostPort(const std::string& host, int port) {
   if (absl::StrContains(host, ':') && !absl::StartsWith(host, "["))
     return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
-}
-
-// How a child ended, for messages.
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")",
-                        WCOREDUMP(status) ? ", core dumped" : "");
-  }
-  return absl::StrCat("ended with wait status ", status);
 }
 
 // The lower end of the kernel's ephemeral port range, which outgoing
@@ -141,69 +130,29 @@ absl::StatusOr<int> PickBasePort(const std::string& host, int n) {
                                              "..", hi + n - 1, "; pass --base-port"));
 }
 
-// Starts `child` with `argv`; the signal mask `mask` is restored in it.
-// Returns once the child has exec'd the binary, or with why it could not.
+// Starts `child` with `argv` (this program again); the signal mask `mask`
+// is restored in it.
 absl::Status Spawn(Child& child, const std::vector<std::string>& argv, const sigset_t& mask) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
-  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int e = errno;
-    close(exec_pipe[0]);
-    close(exec_pipe[1]);
-    if (dev_null >= 0) close(dev_null);
-    return absl::ResourceExhaustedError(absl::StrCat("fork: ", strerror(e)));
-  }
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);  // the launcher died already
-    if (dev_null >= 0) dup2(dev_null, STDIN_FILENO);
-    sigprocmask(SIG_SETMASK, &mask, nullptr);
-    execv("/proc/self/exe", args.data());
-    const int e = errno;
-    ssize_t ignored = write(exec_pipe[1], &e, sizeof(e));
-    (void)ignored;
-    _exit(127);
-  }
-  close(exec_pipe[1]);
-  if (dev_null >= 0) close(dev_null);
-  child.pid = pid;
-  child.running = true;
-  int exec_errno = 0;
-  ssize_t got;
-  do {
-    got = read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
-  } while (got < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    child.running = false;
-    return absl::InternalError(absl::StrCat("exec /proc/self/exe: ", strerror(exec_errno)));
-  }
-  return absl::OkStatus();  // end of file: exec closed the pipe
+  SpawnOptions options;
+  options.program = "/proc/self/exe";
+  options.argv = argv;
+  // Its own group: a terminal's ^C reaches launch, which passes it on.
+  options.new_process_group = true;
+  options.death_signal = SIGTERM;
+  options.signal_mask = mask;
+  CAUSEWAY_ASSIGN_OR_RETURN(child.process, Subprocess::Spawn(options));
+  return absl::OkStatus();
 }
 
 void SignalRunning(std::vector<Child>& children, int signal) {
-  for (const Child& child : children) {
-    if (child.running) kill(child.pid, signal);
-  }
+  for (Child& child : children) child.process.Signal(signal);
 }
 
 // Waits for every running child, passing on `signals`; stops them all when
 // one fails. Returns the exit code of launch.
 int Supervise(std::vector<Child>& children, const sigset_t& signals, bool stopping) {
   int live = static_cast<int>(
-      std::count_if(children.begin(), children.end(), [](const Child& c) { return c.running; }));
+      std::count_if(children.begin(), children.end(), [](const Child& c) { return c.process.running(); }));
   bool failed = stopping;  // a start failed: the others are being stopped
   int forwarded = 0;       // the first signal passed on
   bool killed = false;
@@ -225,18 +174,17 @@ int Supervise(std::vector<Child>& children, const sigset_t& signals, bool stoppi
     }
     // Reap whatever has ended (SIGCHLD, or anything missed).
     for (Child& child : children) {
-      if (!child.running) continue;
-      int status = 0;
-      const pid_t done = waitpid(child.pid, &status, WNOHANG);
-      if (done != child.pid) continue;
-      child.running = false;
+      if (!child.process.running()) continue;
+      absl::StatusOr<int> ended = child.process.Wait(absl::InfinitePast());
+      if (!ended.ok()) continue;  // still running
       --live;
+      const int status = *ended;
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (clean) continue;
       if (!failed && forwarded == 0) {
         failed = true;
-        std::fprintf(stderr, "causeway launch: %s (%s) %s; stopping the other islands\n", child.name.c_str(),
-                     child.address.c_str(), DescribeExit(status).c_str());
+        std::fprintf(stderr, "causeway launch: %s (%s) ended (%s); stopping the other islands\n",
+                     child.name.c_str(), child.address.c_str(), DescribeWaitStatus(status).c_str());
         SignalRunning(children, SIGTERM);
         kill_at = absl::Now() + kStopGrace;
       }
@@ -327,14 +275,8 @@ int LaunchCommand(const std::vector<std::string>& args) {
        "island i listens at HOST:P+i, island 0 (the coordinator) at HOST:P (default: a free range)", ""},
       {"host", "the address every island listens at", "127.0.0.1"},
   });
-  if (absl::Status status = flags.Parse(own); !status.ok()) return UsageError(Message(status));
-  if (flags.Bool("help")) {
-    std::printf("%s%s", kUsage, flags.Help().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return UsageError(absl::StrCat("unexpected argument '", flags.positional().front(),
-                                   "' (flags for the islands go after --)"));
+  if (auto done = StartCommand("launch", kUsage, flags, own, {0, "", "flags for the islands go after --"})) {
+    return *done;
   }
   if (!flags.Has("num-islands")) return UsageError("-n N, how many islands to start, is required");
   absl::StatusOr<int64_t> n = flags.Int("num-islands");

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/client/remote_client.h"
 #include "causeway/runtime/runtime.h"
@@ -30,10 +31,7 @@ namespace {
 
 constexpr int kShownValues = 8;
 
-int Fail(const absl::Status& status, int code) {
-  std::fprintf(stderr, "causeway run: %s\n", std::string(status.message()).c_str());
-  return code;
-}
+int Fail(const absl::Status& status, int code) { return cli::Fail("run", status, code); }
 
 std::string ValueString(double v, DType dtype) {
   if (dtype == DType::kI32) return absl::StrCat(static_cast<int64_t>(v));
@@ -108,28 +106,22 @@ int RunCommand(const std::vector<std::string>& args) {
                    ""});
   specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
   Flags flags(specs);
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf(
-        "usage: causeway run PROGRAM [--runs N] [--clients N] [--outputs DIR] [--check-order] [--deadline D] "
-        "[--connect HOST:PORT,...] [--trace FILE] [flags]\n\n"
-        "Runs a program file (a program, its inputs, how to run it and what it must give;\n"
-        "tools/program_file.proto, examples in examples/) on an island of this process, or\n"
-        "with --connect on running island servers (a mesh that names an island runs on the\n"
-        "island of that name, the others on the first).\n"
-        "Prints each output's shape, dtype, checksum (FNV-1a 64 of its bytes), sum and first\n"
-        "values, each client's runs per second, and whether the file's expectations hold.\n"
-        "Without --accelerators, makes as many accelerators as the file asks for (the\n"
-        "runtime flags are for an island of this process: not with --connect).\n"
-        "Exit 0: ran and as expected; 1: failed or not as expected; 2: usage.\n\n%s",
-        flags.Help().c_str());
-    return 0;
-  }
-  if (flags.positional().size() != 1) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat("expected one PROGRAM file, got ", flags.positional().size(),
-                                                " arguments (causeway run --help)")),
-        2);
+  if (auto done =
+          StartCommand("run",
+                       "usage: causeway run PROGRAM [--runs N] [--clients N] [--outputs DIR] [--check-order] "
+                       "[--deadline D] "
+                       "[--connect HOST:PORT,...] [--trace FILE] [flags]\n\n"
+                       "Runs a program file (a program, its inputs, how to run it and what it must give;\n"
+                       "tools/program_file.proto, examples in examples/) on an island of this process, or\n"
+                       "with --connect on running island servers (a mesh that names an island runs on the\n"
+                       "island of that name, the others on the first).\n"
+                       "Prints each output's shape, dtype, checksum (FNV-1a 64 of its bytes), sum and first\n"
+                       "values, each client's runs per second, and whether the file's expectations hold.\n"
+                       "Without --accelerators, makes as many accelerators as the file asks for (the\n"
+                       "runtime flags are for an island of this process: not with --connect).\n"
+                       "Exit 0: ran and as expected; 1: failed or not as expected; 2: usage.\n\n",
+                       flags, args, {1, "PROGRAM file"})) {
+    return *done;
   }
   int runs = 0, clients = 0;
   for (auto [name, value, max] : {std::make_tuple("runs", &runs, kMaxProgramFileRuns),
@@ -189,7 +181,7 @@ int RunCommand(const std::vector<std::string>& args) {
 
   auto file = ReadProgramFile(flags.positional()[0]);
   if (!file.ok()) return Fail(file.status(), 1);
-  if (!flags.Has("accelerators") && std::getenv("CAUSEWAY_ACCELERATORS") == nullptr) {
+  if (!flags.Has("accelerators") && EnvString("CAUSEWAY_ACCELERATORS").empty()) {
     options->accelerators = file->accelerators();
   }
   if (runs == 0) runs = file->runs();

@@ -528,19 +528,8 @@ int SoakCommand(const std::vector<std::string>& args) {
                    ""});
   specs.push_back({"seed", "the kills' times and victims, and the clients' inputs", "1"});
   Flags flags(specs);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway soak: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
-  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf("%s%s", kUsage, flags.Help().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positional()[0], "'")),
-                2);
-  }
+  auto fail = [](const absl::Status& s, int code) { return Fail("soak", s, code); };
+  if (auto done = StartCommand("soak", kUsage, flags, args)) return *done;
   auto runtime_options = RuntimeOptionsFromFlags(flags);
   if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
   const int accelerators = flags.Has("accelerators") ? runtime_options->accelerators : 2;

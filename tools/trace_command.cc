@@ -45,27 +45,13 @@ constexpr char kCheckOrderUsage[] =
     "Prints each violation, or one line saying all is in order; exits 1 on a\n"
     "violation.\n\n";
 
-int Fail(const absl::Status& s, int code) {
-  std::fprintf(stderr, "causeway trace: %s\n", std::string(s.message()).c_str());
-  return code;
-}
+int Fail(const absl::Status& s, int code) { return cli::Fail("trace", s, code); }
 
 // Parses a subcommand's flags and its one FILE; prints help when asked.
 // Returns an exit code when the command is done (help or a usage error).
-std::optional<int> ParseSubcommand(Flags& flags, const std::vector<std::string>& args, const char* usage,
-                                   std::string* path) {
-  if (absl::Status s = flags.Parse(args); !s.ok()) return Fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf("%s%s", usage, flags.Help().c_str());
-    return 0;
-  }
-  if (flags.positional().size() != 1) {
-    return Fail(absl::InvalidArgumentError(flags.positional().empty()
-                                               ? "no trace file named"
-                                               : absl::StrCat("one trace file expected, got ",
-                                                              flags.positional().size(), " arguments")),
-                2);
-  }
+std::optional<int> ParseSubcommand(const char* name, Flags& flags, const std::vector<std::string>& args,
+                                   const char* usage, std::string* path) {
+  if (auto done = StartCommand(name, usage, flags, args, {1, "trace file"})) return done;
   *path = flags.positional()[0];
   return std::nullopt;
 }
@@ -76,7 +62,8 @@ int SummarizeCommand(const std::vector<std::string>& args) {
       {"top", "how many of each accelerator's largest idle gaps to show", "5"},
   });
   std::string path;
-  if (auto done = ParseSubcommand(flags, args, kSummarizeUsage, &path); done.has_value()) return *done;
+  if (auto done = ParseSubcommand("trace summarize", flags, args, kSummarizeUsage, &path); done.has_value())
+    return *done;
   auto top = flags.Int("top");
   if (!top.ok()) return Fail(top.status(), 2);
   if (*top < 0 || *top > 1'000'000) {
@@ -95,7 +82,9 @@ int SummarizeCommand(const std::vector<std::string>& args) {
 int CheckOrderCommand(const std::vector<std::string>& args) {
   Flags flags({});
   std::string path;
-  if (auto done = ParseSubcommand(flags, args, kCheckOrderUsage, &path); done.has_value()) return *done;
+  if (auto done = ParseSubcommand("trace check-order", flags, args, kCheckOrderUsage, &path);
+      done.has_value())
+    return *done;
   auto trace = ReadTraceFile(path);
   if (!trace.ok()) return Fail(trace.status(), 1);
   std::set<int> accelerators;

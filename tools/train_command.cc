@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "causeway/base/env.h"
 #include "causeway/client/local_client.h"
 #include "causeway/client/remote_client.h"
 #include "causeway/distributed/controller.h"
@@ -89,27 +90,22 @@ int TrainCommand(const std::vector<std::string>& args) {
                    "accelerator; an accelerator its work still holds is quarantined",
                    ""});
   Flags flags(specs);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "causeway train: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
-  if (absl::Status s = flags.Parse(args); !s.ok()) return fail(s, 2);
-  if (flags.Bool("help")) {
-    std::printf(
-        "usage: causeway train [flags]\n\nTrains a character-level Transformer language model on a text corpus "
-        "(forward,\nbackward and Adam as one Causeway program per step), showing step, loss and\ntokens/s; then "
-        "prints the final training and held-out loss, tokens/s and each\naccelerator's utilization, and writes a "
-        "trace of the last steps\n(--trace, default causeway-train.trace.json).\n\n%s",
-        flags.Help().c_str());
-    return 0;
-  }
-  if (!flags.positional().empty()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", flags.positional()[0], "'")), 2);
+  auto fail = [](const absl::Status& s, int code) { return Fail("train", s, code); };
+  if (auto done = StartCommand("train",
+                               "usage: causeway train [flags]\n\nTrains a character-level Transformer "
+                               "language model on a text corpus "
+                               "(forward,\nbackward and Adam as one Causeway program per step), showing "
+                               "step, loss and\ntokens/s; then "
+                               "prints the final training and held-out loss, tokens/s and "
+                               "each\naccelerator's utilization, and writes a "
+                               "trace of the last steps\n(--trace, default causeway-train.trace.json).\n\n",
+                               flags, args)) {
+    return *done;
   }
   auto runtime_options = RuntimeOptionsFromFlags(flags);
   if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
   const std::string layout = flags.Get("layout");
-  if (!flags.Has("accelerators") && std::getenv("CAUSEWAY_ACCELERATORS") == nullptr) {
+  if (!flags.Has("accelerators") && EnvString("CAUSEWAY_ACCELERATORS").empty()) {
     runtime_options->accelerators = layout == "single" ? 1 : 4;
   }
   struct IntFlag {
@@ -215,9 +211,10 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (!stages.ok()) return fail(stages.status(), 2);
     options.stages = *stages;
     options.layout.replicas = static_cast<uint32_t>(client->island_count());
-    where = absl::StrCat(client->island_count(), " islands (", absl::StrJoin(names, ", "), ") of ",
-                         per_island, " accelerator", per_island == 1 ? "" : "s", " each, ", layout, " (",
-                         absl::StrJoin(options.stages, " + "), ") in each; ", devices->front().name);
+    where =
+        absl::StrCat(client->island_count(), " islands (", absl::StrJoin(names, ", "), ") of ", per_island,
+                     " accelerator", per_island == 1 ? "" : "s", " each, ", layout, " (",
+                     absl::StrJoin(options.stages, " + "), ") in each; ", devices->front().capabilities.name);
   } else {
     auto made_rt = Runtime::Create(*runtime_options);
     if (!made_rt.ok()) return fail(made_rt.status(), 1);

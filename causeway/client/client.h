@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "causeway/base/future.h"
+#include "causeway/runtime/device_capabilities.h"
 #include "causeway/scheduler/dtype.h"
 #include "causeway/scheduler/sharding.h"
 
@@ -45,12 +46,9 @@ struct Device {
   int island = 0;  // index among the client's islands
   int index = 0;   // within its island
   std::string island_name;
-  std::string name;  // the driver's device name, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
-  std::string type;  // "cpu", "discrete-gpu", "integrated-gpu", "virtual-gpu" or "other"
-  uint32_t subgroup_size = 0;
-  uint32_t max_workgroup_invocations = 0;
-  uint32_t max_workgroup_size[3] = {0, 0, 0};
-  uint32_t max_workgroup_count[3] = {0, 0, 0};
+  // Its name, kind, subgroup size and compute limits: what kernel plans
+  // (causeway/kernels/ops.h) are made for.
+  DeviceCapabilities capabilities;
   // OK while in service; else Unavailable saying why it is out for good
   // (quarantined, lost). Meshes avoid those out of service.
   absl::Status health;

@@ -99,7 +99,7 @@ absl::StatusOr<std::vector<Device>> LocalClient::Devices() {
   Runtime& rt = island_->runtime();
   for (size_t i = 0; i < rt.size(); ++i) {
     Accelerator* a = rt.accelerator(i);
-    out.push_back(DeviceFrom(a->info(), a->health(), 0, static_cast<int>(i), island_->name()));
+    out.push_back(DeviceFrom(a->capabilities(), a->health(), 0, static_cast<int>(i), island_->name()));
   }
   return out;
 }

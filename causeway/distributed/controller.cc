@@ -221,14 +221,15 @@ absl::StatusOr<IslandDescription> Controller::Describe(int island) {
   d.name = info.name();
   d.accelerators = info.accelerators();
   d.device.name = info.device();
-  d.device.type = static_cast<VkPhysicalDeviceType>(info.device_type());
+  // A kind this controller does not know plans as "other" (the portable paths).
+  d.device.kind = DeviceKindFromValue(info.device_type()).value_or(DeviceKind::kOther);
   d.device.subgroup_size = info.subgroup_size();
-  d.device.limits.maxComputeWorkGroupInvocations = info.max_workgroup_invocations();
+  d.device.max_workgroup_invocations = info.max_workgroup_invocations();
   for (int i = 0; i < 3 && i < info.max_workgroup_size().size(); ++i) {
-    d.device.limits.maxComputeWorkGroupSize[i] = info.max_workgroup_size(i);
+    d.device.max_workgroup_size[i] = info.max_workgroup_size(i);
   }
   for (int i = 0; i < 3 && i < info.max_workgroup_count().size(); ++i) {
-    d.device.limits.maxComputeWorkGroupCount[i] = info.max_workgroup_count(i);
+    d.device.max_workgroup_count[i] = info.max_workgroup_count(i);
   }
   for (const std::string& why : info.out_of_service()) {
     d.health.push_back(why.empty() ? absl::OkStatus() : absl::UnavailableError(why));

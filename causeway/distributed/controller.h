@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "causeway/base/future.h"
-#include "causeway/runtime/instance.h"
+#include "causeway/runtime/device_capabilities.h"
 #include "causeway/scheduler/array.h"
 #include "causeway/scheduler/dtype.h"
 #include "causeway/transport/auth.h"
@@ -76,9 +76,9 @@ struct RemoteArray {
 struct IslandDescription {
   std::string name;
   int accelerators = 0;
-  // Of its accelerators: the name, type, subgroup size and compute limits
-  // (what ops:: plans take); nothing else is filled in.
-  PhysicalDeviceInfo device;
+  // Of its accelerators: the name, kind, subgroup size and compute limits
+  // (what ops:: plans take).
+  DeviceCapabilities device;
   // Each accelerator's health when described: OK in service, else
   // Unavailable saying why it is out for good (quarantined or lost). The
   // island's mesh allocation avoids those out of service.

@@ -11,10 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "causeway/base/subprocess.h"
 
 namespace causeway::transport {
 
-// Move-only; the destructor kills the process (SIGKILL) and reaps it. The
+// Not copyable; the destructor kills the process (SIGKILL) and reaps it. The
 // process is also killed when the thread that started it ends (or the whole
 // parent dies, a crash included: PR_SET_PDEATHSIG), so start islands from a
 // thread that lives as long as they should.
@@ -25,11 +26,11 @@ class IslandProcess {
   // ("NAME=value") added to this environment, and waits until it prints
   // "island NAME ADDRESS" (by `timeout`). Errors: the process could not
   // start, ended, or said something else (quoted).
-  static absl::StatusOr<std::unique_ptr<IslandProcess>> Start(const std::string& binary, const std::string& name,
+  static absl::StatusOr<std::unique_ptr<IslandProcess>> Start(const std::string& binary,
+                                                              const std::string& name,
                                                               const std::vector<std::string>& args,
                                                               const std::vector<std::string>& env = {},
                                                               absl::Duration timeout = absl::Seconds(60));
-  ~IslandProcess();
   IslandProcess(const IslandProcess&) = delete;
   IslandProcess& operator=(const IslandProcess&) = delete;
 
@@ -37,7 +38,7 @@ class IslandProcess {
   const std::string& address() const { return address_; }
   // Its name, as it printed it.
   const std::string& name() const { return name_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
   // Sends `signal` (nothing once reaped).
   void Signal(int signal);
   // SIGTERM, then waits; its wait status. Still running after `limit`, it
@@ -46,7 +47,7 @@ class IslandProcess {
 
  private:
   IslandProcess() = default;
-  pid_t pid_ = -1;
+  Subprocess process_;
   std::string address_;
   std::string name_;
 };

@@ -527,14 +527,14 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     IslandInfo* info = out.mutable_info();
     info->set_name(server_->options_.name);
     info->set_accelerators(static_cast<int32_t>(server_->runtime_->size()));
-    const PhysicalDeviceInfo& device = server_->runtime_->accelerator(0)->info();
+    const DeviceCapabilities& device = server_->runtime_->accelerator(0)->capabilities();
     info->set_device(device.name);
-    info->set_device_type(static_cast<int32_t>(device.type));
+    info->set_device_type(static_cast<int32_t>(device.kind));
     info->set_subgroup_size(device.subgroup_size);
-    info->set_max_workgroup_invocations(device.limits.maxComputeWorkGroupInvocations);
+    info->set_max_workgroup_invocations(device.max_workgroup_invocations);
     for (int d = 0; d < 3; ++d) {
-      info->add_max_workgroup_size(device.limits.maxComputeWorkGroupSize[d]);
-      info->add_max_workgroup_count(device.limits.maxComputeWorkGroupCount[d]);
+      info->add_max_workgroup_size(device.max_workgroup_size[d]);
+      info->add_max_workgroup_count(device.max_workgroup_count[d]);
     }
     for (size_t i = 0; i < server_->runtime_->size(); ++i) {
       const absl::Status health = server_->runtime_->accelerator(i)->health();

@@ -238,13 +238,13 @@ const char* GemmPathName(GemmPath path) {
 }  // namespace
 
 absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOptions& o,
-                                const PhysicalDeviceInfo* device) {
+                                const DeviceCapabilities* device) {
   const std::string what = absl::StrCat("gemm ", m, "x", n, "x", k, " batch ", o.batch);
   if (m == 0 || n == 0 || o.batch == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": M, N and batch must be > 0"));
   }
   // Every Vulkan device dispatches 65535 groups in z.
-  const uint32_t max_z = device != nullptr ? device->limits.maxComputeWorkGroupCount[2] : 65535;
+  const uint32_t max_z = device != nullptr ? device->max_workgroup_count[2] : 65535;
   if (o.batch > max_z) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": batch must be at most ", max_z,
                                                    device != nullptr ? " on this device" : ""));
@@ -308,8 +308,8 @@ absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOp
                     0};
   // Without a device, the path that runs on any: invocation blocks.
   const bool lanes_ok = device != nullptr && device->subgroup_size == kGemmLanes;
-  const bool tiles_ok = device != nullptr && device->limits.maxComputeWorkGroupInvocations >= kGemmTileGroup &&
-                        device->limits.maxComputeWorkGroupSize[0] >= kGemmTileGroup;
+  const bool tiles_ok = device != nullptr && device->max_workgroup_invocations >= kGemmTileGroup &&
+                        device->max_workgroup_size[0] >= kGemmTileGroup;
   GemmPath path = GemmPath::kInvocationBlocks;
   if (o.path.has_value()) {
     path = *o.path;
@@ -318,16 +318,15 @@ absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOp
           absl::StrCat(what, ": path ", GemmPathName(path), " needs the device it will run on"));
     }
     if ((path == GemmPath::kSubgroupLanes && !lanes_ok) || (path == GemmPath::kSharedTiles && !tiles_ok)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": path ", GemmPathName(path), " needs ",
-                                                     path == GemmPath::kSubgroupLanes ? "a subgroup size of 8"
-                                                                                       : "256 invocations per group",
-                                                     "; this device has subgroups of ", device->subgroup_size,
-                                                     " and at most ", device->limits.maxComputeWorkGroupInvocations,
-                                                     " invocations per group"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": path ", GemmPathName(path), " needs ",
+          path == GemmPath::kSubgroupLanes ? "a subgroup size of 8" : "256 invocations per group",
+          "; this device has subgroups of ", device->subgroup_size, " and at most ",
+          device->max_workgroup_invocations, " invocations per group"));
     }
   } else if (device == nullptr) {
     path = GemmPath::kInvocationBlocks;
-  } else if (device->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+  } else if (device->kind == DeviceKind::kCpu) {
     if (lanes_ok) path = GemmPath::kSubgroupLanes;
   } else if (tiles_ok) {
     path = GemmPath::kSharedTiles;
@@ -399,7 +398,7 @@ absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOp
 
 absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, const BufferArg& c, uint32_t m,
                   uint32_t n, uint32_t k, const GemmOptions& o) {
-  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanGemm(m, n, k, o, &list.accelerator()->info()));
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanGemm(m, n, k, o, &list.accelerator()->capabilities()));
   // Binding offsets are multiples of 4 bytes only: no vec4 reads from one
   // that is not 16-byte aligned.
   for (auto& [id, value] : plan.launches[0].spec) {

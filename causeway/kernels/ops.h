@@ -16,7 +16,7 @@
 #include "absl/types/span.h"
 #include "causeway/kernels/op_plan.h"
 #include "causeway/runtime/command_list.h"
-#include "causeway/runtime/instance.h"
+#include "causeway/runtime/device_capabilities.h"
 
 namespace causeway::ops {
 
@@ -113,7 +113,7 @@ absl::Status Gemm(CommandList& list, const BufferArg& a, const BufferArg& b, con
 // describes: the path is chosen for it as above. Without a device the plan
 // runs on any (invocation blocks), and a path other than that is refused.
 absl::StatusOr<OpPlan> PlanGemm(uint32_t m, uint32_t n, uint32_t k, const GemmOptions& options = {},
-                                const PhysicalDeviceInfo* device = nullptr);
+                                const DeviceCapabilities* device = nullptr);
 
 }  // namespace causeway::ops
 

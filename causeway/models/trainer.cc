@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "causeway/base/status.h"
-#include "causeway/client/device_info.h"
 
 namespace causeway::models {
 
@@ -17,23 +16,28 @@ class Trainer::Arrays {
  public:
   Arrays(client::Client* client, absl::Duration timeout) : client_(client), timeout_(timeout) {}
 
-  // Plans for the first island's device, unless islands differ in kind.
+  // Plans for the first island's device, unless devices differ in what
+  // plans read (kind, subgroup size, limits).
   absl::Status Init() {
     if (client_ == nullptr || client_->island_count() == 0) {
       return absl::InvalidArgumentError("trainer: a client with at least one island is needed");
     }
     CAUSEWAY_ASSIGN_OR_RETURN(std::vector<client::Device> devices, client_->Devices());
     for (const client::Device& d : devices) {
+      DeviceCapabilities c = d.capabilities;
       if (!device_) {
-        device_ = client::InfoFrom(d);
-      } else if (DeviceTypeName(device_->type) != d.type || device_->subgroup_size != d.subgroup_size) {
+        device_ = std::move(c);
+        continue;
+      }
+      c.name = device_->name;  // the same device under another driver name plans alike
+      if (c != *device_) {
         device_.reset();  // plan what runs on every island
         break;
       }
     }
     return absl::OkStatus();
   }
-  const PhysicalDeviceInfo* device() const { return device_ ? &*device_ : nullptr; }
+  const DeviceCapabilities* device() const { return device_ ? &*device_ : nullptr; }
 
   absl::StatusOr<int> AllocateMesh(int replica, int size) {
     CAUSEWAY_ASSIGN_OR_RETURN(client::Mesh mesh,
@@ -123,7 +127,7 @@ class Trainer::Arrays {
 
   client::Client* client_;
   const absl::Duration timeout_;
-  std::optional<PhysicalDeviceInfo> device_;
+  std::optional<DeviceCapabilities> device_;
   std::vector<client::Mesh> meshes_;
   std::vector<std::shared_ptr<client::LoadedProgram>> programs_;
   absl::flat_hash_map<Handle, Stored> arrays_;

@@ -50,13 +50,13 @@ constexpr int kSavedCount = 15;
 // Sizes of one micro-batch on one accelerator.
 struct Dims {
   uint32_t b, t, d, h, hd, f, v;
-  const PhysicalDeviceInfo* device;  // where it runs (null: any device)
+  const DeviceCapabilities* device;  // where it runs (null: any device)
   uint32_t n() const { return b * t; }
   uint64_t nd() const { return uint64_t{n()} * d; }
   AttentionShape attention() const { return {b, h, t, hd}; }
 };
 
-Dims MakeDims(const TransformerConfig& c, uint32_t batch, const PhysicalDeviceInfo* device) {
+Dims MakeDims(const TransformerConfig& c, uint32_t batch, const DeviceCapabilities* device) {
   return {batch, c.seq_len, c.d_model, c.heads, c.head_dim(), c.d_ff, c.vocab, device};
 }
 
@@ -329,7 +329,7 @@ std::vector<std::pair<uint32_t, uint32_t>> StageLayers(uint32_t layers, int stag
 
 absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, const TrainLayout& layout,
                                             const std::vector<int>& stage_sizes, const AdamSettings& settings,
-                                            const PhysicalDeviceInfo* device) {
+                                            const DeviceCapabilities* device) {
   CAUSEWAY_RETURN_IF_ERROR(config.Validate());
   const int stages = static_cast<int>(stage_sizes.size());
   if (stages == 0) return absl::InvalidArgumentError("train step: no meshes");
@@ -600,10 +600,10 @@ absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, con
 namespace {
 
 // The device a program over `meshes` is planned for: the first mesh's.
-const PhysicalDeviceInfo* DeviceOf(const std::vector<std::shared_ptr<Mesh>>& meshes) {
+const DeviceCapabilities* DeviceOf(const std::vector<std::shared_ptr<Mesh>>& meshes) {
   if (meshes.empty() || meshes.front() == nullptr || meshes.front()->size() == 0) return nullptr;
   const Accelerator* device = meshes.front()->device(0);
-  return device != nullptr ? &device->info() : nullptr;
+  return device != nullptr ? &device->capabilities() : nullptr;
 }
 
 }  // namespace
@@ -635,7 +635,8 @@ absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const 
 }
 
 absl::StatusOr<ProgramDef> BuildEvalDef(const TransformerConfig& config, uint32_t batch,
-                                        const std::vector<int>& stage_sizes, const PhysicalDeviceInfo* device) {
+                                        const std::vector<int>& stage_sizes,
+                                        const DeviceCapabilities* device) {
   CAUSEWAY_RETURN_IF_ERROR(config.Validate());
   const int stages = static_cast<int>(stage_sizes.size());
   if (stages == 0 || static_cast<uint32_t>(stages) > config.layers) {

@@ -136,8 +136,9 @@ struct TrainStep {
 // stage), layout.replicas times, with kernels planned for `device` (null:
 // paths that run on any device).
 absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, const TrainLayout& layout,
-                                            const std::vector<int>& stage_sizes, const AdamSettings& settings = {},
-                                            const PhysicalDeviceInfo* device = nullptr);
+                                            const std::vector<int>& stage_sizes,
+                                            const AdamSettings& settings = {},
+                                            const DeviceCapabilities* device = nullptr);
 
 // Builds the step on `meshes` (replicas times one per stage, replica by
 // replica; stages split the layers as evenly as they can, earlier stages
@@ -154,7 +155,7 @@ absl::StatusOr<TrainStep> BuildTrainStep(const TransformerConfig& config, const 
 // per token).
 absl::StatusOr<ProgramDef> BuildEvalDef(const TransformerConfig& config, uint32_t batch,
                                         const std::vector<int>& stage_sizes,
-                                        const PhysicalDeviceInfo* device = nullptr);
+                                        const DeviceCapabilities* device = nullptr);
 // The same built on `meshes` (one per stage).
 absl::StatusOr<std::shared_ptr<const Program>> BuildEvalProgram(const TransformerConfig& config, uint32_t batch,
                                                                 const std::vector<std::shared_ptr<Mesh>>& meshes);

@@ -313,7 +313,7 @@ absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateStagingBuffer(uint64_
 }
 
 absl::StatusOr<std::shared_ptr<CommandList>> Accelerator::CreateCommandList(std::string label) {
-  return std::shared_ptr<CommandList>(new CommandList(this, std::move(label)));
+  return std::make_shared<CommandList>(ReplayKey(), this, std::move(label));
 }
 
 CopyPath Accelerator::PathFrom(const Accelerator& src) const {
@@ -464,42 +464,89 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     options.on_device_start = nullptr;
   }
   const bool timed = options.on_device_time || options.on_device_start;
-  // Inputs that already failed fail this submission without running it.
+  if (absl::Status failed = FailedInput(waits); !failed.ok()) return Future<>::Ready(failed);
+
+  absl::MutexLock submit_lock(&submit_mu_);
+  absl::StatusOr<Slot*> reserved = ReserveSlot(list, waits, std::move(on_done), options);
+  if (!reserved.ok()) return Future<>::Ready(reserved.status());
+  Slot* slot = *reserved;
+  const uint64_t value = slot->value;
+  Promise<> promise;
+  promise.SetTimeline(this, value);
+  Future<> future = promise.future();
+
+  QueueWaits queue_waits;
+  absl::Status status = GatherWaits(waits, span.active(), queue_waits);
+  absl::StatusOr<CommandList::Recording*> recording = nullptr;
+  if (status.ok()) {
+    using Timing = CommandList::Timing;
+    recording = list->AcquireRecording(ReplayKey(), Tracer::Get().enabled() ? Timing::kCommands
+                                                    : timed                 ? Timing::kList
+                                                                            : Timing::kNone);
+    if (!recording.ok()) status = recording.status();
+  }
+  if (status.ok()) {
+    status = QueueSubmit(value, queue_waits, (*recording)->cb);
+    if (!status.ok()) list->ReleaseRecording(ReplayKey(), *recording);
+  }
+  if (!status.ok()) {
+    SignalSkipped(value);
+    Publish(slot, value, std::move(promise), nullptr, status);
+    return future;
+  }
+  Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
+  for (const auto& [owner, v] : queue_waits.remote) {
+    uint64_t& through = waited_through_[owner];
+    through = std::max(through, v);
+  }
+  if (span.active()) {
+    if (list->peer_read_bytes() > 0) TraceIciBytes(list->peer_read_bytes());
+    span.set_flow(TraceFlowId(index_, value));
+    span.set_args(absl::StrCat("\"accelerator\":", index_, ",\"submission\":", value, ",\"waits\":[",
+                               queue_waits.traced, "]"));
+    Tracer::Get().Counter(ring_counter_, index_, static_cast<double>(value - retired_value()));
+  }
+  return future;
+}
+
+absl::Status Accelerator::FailedInput(absl::Span<const Future<>> waits) {
   for (const Future<>& w : waits) {
-    if (!w.valid()) return Future<>::Ready(absl::InvalidArgumentError("Submit: invalid wait future"));
+    if (!w.valid()) return absl::InvalidArgumentError("Submit: invalid wait future");
     // A submission that failed is known before its slot retires; look first,
     // then at the future (which resolves when the slot retires).
     if (auto* owner = dynamic_cast<const Accelerator*>(w.timeline_driver()); owner != nullptr) {
       absl::Status known = owner->KnownStatus(w.timeline_value());
       if (!known.ok()) {
-        return Future<>::Ready(
-            absl::Status(known.code(), absl::StrCat("an input of this submission failed: ", known.message())));
+        return absl::Status(known.code(),
+                            absl::StrCat("an input of this submission failed: ", known.message()));
       }
     }
     if (w.IsReady()) {
       absl::Status s = w.AwaitStatus();
-      if (!s.ok()) {
-        return Future<>::Ready(absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message())));
-      }
+      if (!s.ok())
+        return absl::Status(s.code(), absl::StrCat("an input of this submission failed: ", s.message()));
     }
   }
+  return absl::OkStatus();
+}
 
-  absl::MutexLock submit_lock(&submit_mu_);
-  uint64_t value;
-  Slot* slot;
+absl::StatusOr<Accelerator::Slot*> Accelerator::ReserveSlot(std::shared_ptr<CommandList> list,
+                                                            absl::Span<const Future<>> waits,
+                                                            std::vector<std::function<void()>> on_done,
+                                                            SubmitOptions& options) {
   while (true) {
     uint64_t oldest;
     {
       absl::MutexLock lock(&ring_mu_);
-      if (!health_.ok()) return Future<>::Ready(health_);
+      if (!health_.ok()) return health_;
       if (next_value_ - retired_value_ < capacity_) {
-        value = ++next_value_;
+        const uint64_t value = ++next_value_;
         // Nobody else touches this slot until it is marked submitted, except
         // AddRelayTarget, which takes ring_mu_.
-        slot = &slots_[value % capacity_];
+        Slot* slot = &slots_[value % capacity_];
         *slot = Slot();
         slot->value = value;
-        slot->list = list;
+        slot->list = std::move(list);
         slot->on_done = std::move(on_done);
         slot->on_device_time = std::move(options.on_device_time);
         slot->on_device_start = std::move(options.on_device_start);
@@ -508,7 +555,7 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
         slot->what = std::move(options.what);
         slot->submitted_at = absl::Now();
         slot->inputs.assign(waits.begin(), waits.end());
-        break;
+        return slot;
       }
       oldest = retired_value_ + 1;
       ++ring_full_waits_;
@@ -518,24 +565,30 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     HostSpan wait_span("ring-full");
     WaitFor(oldest, absl::InfiniteFuture());
   }
-  Promise<> promise;
-  promise.SetTimeline(this, value);
-  Future<> future = promise.future();
+}
 
-  // Waits: semaphores this submission must see signalled first.
-  absl::InlinedVector<VkSemaphore, 4> wait_sems;
-  absl::InlinedVector<uint64_t, 4> wait_values;
-  absl::Status status;
-  // Several inputs from other VkDevices: one host gate that opens when the
-  // last of them is done, so the queue wakes once rather than once per input.
-  absl::InlinedVector<const Future<>*, 4> remote;
+absl::Status Accelerator::GatherWaits(absl::Span<const Future<>> waits, bool traced, QueueWaits& out) {
   // Remote values an earlier submission to this queue already waited for.
   auto waited = [this](const Accelerator* owner, uint64_t v) ABSL_EXCLUSIVE_LOCKS_REQUIRED(submit_mu_) {
     auto it = waited_through_.find(owner);
     return it != waited_through_.end() && it->second >= v;
   };
-  // What this submission waits for on other VkDevices, recorded once it is queued.
-  absl::InlinedVector<std::pair<const Accelerator*, uint64_t>, 4> waiting;
+  auto trace_wait = [&](const Accelerator* owner, uint64_t v) {
+    if (!traced) return;
+    if (!out.traced.empty()) out.traced += ",";
+    if (owner == nullptr) {
+      out.traced += "{\"host\":true}";
+    } else {
+      absl::StrAppend(&out.traced, "{\"accelerator\":", owner->index_, ",\"submission\":", v, "}");
+    }
+  };
+  auto add = [&out](VkSemaphore semaphore, uint64_t value) {
+    out.semaphores.push_back(semaphore);
+    out.values.push_back(value);
+  };
+  // Several inputs from other VkDevices: one host gate that opens when the
+  // last of them is done, so the queue wakes once rather than once per input.
+  absl::InlinedVector<const Future<>*, 4> remote;
   for (const Future<>& w : waits) {
     auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
     if (owner != nullptr && owner->device_ != device_ && !w.IsReady() && !waited(owner, w.timeline_value())) {
@@ -543,17 +596,6 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     }
   }
   const bool join_remote = remote.size() > 1;
-  // What the queue waits on, for the trace.
-  std::string traced_waits;
-  auto trace_wait = [&](const Accelerator* owner, uint64_t v) {
-    if (!span.active()) return;
-    if (!traced_waits.empty()) traced_waits += ",";
-    if (owner == nullptr) {
-      traced_waits += "{\"host\":true}";
-    } else {
-      absl::StrAppend(&traced_waits, "{\"accelerator\":", owner->index_, ",\"submission\":", v, "}");
-    }
-  };
   if (join_remote) {
     struct Join {
       std::atomic<int> left;
@@ -562,132 +604,91 @@ Future<> Accelerator::SubmitInternal(std::shared_ptr<CommandList> list, absl::Sp
     auto join = std::make_shared<Join>();
     join->left = static_cast<int>(remote.size());
     for (const Future<>* w : remote) {
-      trace_wait(dynamic_cast<const Accelerator*>(w->timeline_driver()), w->timeline_value());
-      waiting.emplace_back(dynamic_cast<const Accelerator*>(w->timeline_driver()), w->timeline_value());
+      const auto* owner = dynamic_cast<const Accelerator*>(w->timeline_driver());
+      trace_wait(owner, w->timeline_value());
+      out.remote.emplace_back(owner, w->timeline_value());
       // Failures are the slot's to see when it retires (it checks its inputs).
       w->OnReady([join](const absl::Status&) {
         if (join->left.fetch_sub(1) == 1) join->done.Set(absl::OkStatus());
       });
     }
-    auto gate = AddHostGate(join->done.future());
-    if (gate.ok()) {
-      wait_sems.push_back(gate_->semaphore);
-      wait_values.push_back(*gate);
-    } else {
-      status = gate.status();
-    }
+    CAUSEWAY_ASSIGN_OR_RETURN(uint64_t gate, AddHostGate(join->done.future()));
+    add(gate_->semaphore, gate);
   }
   for (const Future<>& w : waits) {
-    if (!status.ok()) break;
     auto* owner = dynamic_cast<Accelerator*>(w.timeline_driver());
     if (owner == nullptr) {
       if (w.IsReady()) continue;
       trace_wait(nullptr, 0);
-      auto gate = AddHostGate(w);
-      if (!gate.ok()) {
-        status = gate.status();
-        break;
-      }
-      wait_sems.push_back(gate_->semaphore);
-      wait_values.push_back(*gate);
+      CAUSEWAY_ASSIGN_OR_RETURN(uint64_t gate, AddHostGate(w));
+      add(gate_->semaphore, gate);
       continue;
     }
     if (owner == this) continue;  // same queue: in order
     if (owner->device_ == device_) {
       trace_wait(owner, w.timeline_value());
-      wait_sems.push_back(owner->timeline_);
-      wait_values.push_back(w.timeline_value());
+      add(owner->timeline_, w.timeline_value());
       continue;
     }
     if (join_remote || waited(owner, w.timeline_value())) continue;  // behind the gate above, or before
-    auto relay = RelayFrom(owner);
-    if (!relay.ok()) {
-      status = relay.status();
-      break;
-    }
+    CAUSEWAY_ASSIGN_OR_RETURN(VkSemaphore relay, RelayFrom(owner));
     if (owner->AddRelayTarget(w.timeline_value(), this)) {
       trace_wait(owner, w.timeline_value());
-      wait_sems.push_back(*relay);
-      wait_values.push_back(w.timeline_value());
-      waiting.emplace_back(owner, w.timeline_value());
+      add(relay, w.timeline_value());
+      out.remote.emplace_back(owner, w.timeline_value());
     }
   }
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<CommandList::Recording*> recording = nullptr;
-  if (status.ok()) {
-    using Timing = CommandList::Timing;
-    recording = list->AcquireRecording(Tracer::Get().enabled()  ? Timing::kCommands
-                                       : timed                  ? Timing::kList
-                                                              : Timing::kNone);
-    if (!recording.ok()) status = recording.status();
+absl::Status Accelerator::QueueSubmit(uint64_t value, const QueueWaits& waits, VkCommandBuffer cb) {
+  std::vector<VkPipelineStageFlags> stages(waits.semaphores.size(), VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
+  VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  timeline.waitSemaphoreValueCount = static_cast<uint32_t>(waits.values.size());
+  timeline.pWaitSemaphoreValues = waits.values.data();
+  timeline.signalSemaphoreValueCount = 1;
+  timeline.pSignalSemaphoreValues = &value;
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.pNext = &timeline;
+  submit.waitSemaphoreCount = static_cast<uint32_t>(waits.semaphores.size());
+  submit.pWaitSemaphores = waits.semaphores.data();
+  submit.pWaitDstStageMask = stages.data();
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &cb;
+  submit.signalSemaphoreCount = 1;
+  submit.pSignalSemaphores = &timeline_;
+  VkResult result;
+  int countdown = faults_.fail_submit_countdown.load();
+  if (countdown > 0 && faults_.fail_submit_countdown.fetch_sub(1) == 1) {
+    result = faults_.submit_error;
+  } else if (ShouldInjectFault(FaultPoint::kSubmission)) {
+    return InjectedFaultError(VkStatus(VK_ERROR_OUT_OF_HOST_MEMORY, "").code(), FaultPoint::kSubmission,
+                              absl::StrCat("vkQueueSubmit on ", name(), ": VK_ERROR_OUT_OF_HOST_MEMORY"));
+  } else {
+    absl::MutexLock queue_lock(queue_mu_);
+    result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
   }
-  VkResult result = VK_SUCCESS;
-  if (status.ok()) {
-    std::vector<VkPipelineStageFlags> stages(wait_sems.size(), VK_PIPELINE_STAGE_ALL_COMMANDS_BIT);
-    VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-    timeline.waitSemaphoreValueCount = static_cast<uint32_t>(wait_values.size());
-    timeline.pWaitSemaphoreValues = wait_values.data();
-    timeline.signalSemaphoreValueCount = 1;
-    timeline.pSignalSemaphoreValues = &value;
-    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    submit.pNext = &timeline;
-    submit.waitSemaphoreCount = static_cast<uint32_t>(wait_sems.size());
-    submit.pWaitSemaphores = wait_sems.data();
-    submit.pWaitDstStageMask = stages.data();
-    submit.commandBufferCount = 1;
-    submit.pCommandBuffers = &(*recording)->cb;
-    submit.signalSemaphoreCount = 1;
-    submit.pSignalSemaphores = &timeline_;
-    int countdown = faults_.fail_submit_countdown.load();
-    if (countdown > 0 && faults_.fail_submit_countdown.fetch_sub(1) == 1) {
-      result = faults_.submit_error;
-    } else if (ShouldInjectFault(FaultPoint::kSubmission)) {
-      result = VK_ERROR_OUT_OF_HOST_MEMORY;
-      status = InjectedFaultError(VkStatus(result, "").code(), FaultPoint::kSubmission,
-                                  absl::StrCat("vkQueueSubmit on ", name(), ": VK_ERROR_OUT_OF_HOST_MEMORY"));
-    } else {
-      absl::MutexLock queue_lock(queue_mu_);
-      result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
-    }
-    if (result != VK_SUCCESS && status.ok()) status = VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
-    if (!status.ok()) list->ReleaseRecording(*recording);
+  if (result != VK_SUCCESS) return VkStatus(result, absl::StrCat("vkQueueSubmit on ", name()));
+  return absl::OkStatus();
+}
+
+void Accelerator::SignalSkipped(uint64_t value) {
+  VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+  timeline.signalSemaphoreValueCount = 1;
+  timeline.pSignalSemaphoreValues = &value;
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.pNext = &timeline;
+  submit.signalSemaphoreCount = 1;
+  submit.pSignalSemaphores = &timeline_;
+  VkResult result;
+  {
+    absl::MutexLock queue_lock(queue_mu_);
+    result = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
   }
-  if (!status.ok()) {
-    // The work did not reach the queue. Keep the timeline whole with an
-    // empty submission that signals this value after everything before it;
-    // if even that fails, the accelerator is unusable.
-    VkTimelineSemaphoreSubmitInfo timeline{VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
-    timeline.signalSemaphoreValueCount = 1;
-    timeline.pSignalSemaphoreValues = &value;
-    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    submit.pNext = &timeline;
-    submit.signalSemaphoreCount = 1;
-    submit.pSignalSemaphores = &timeline_;
-    VkResult r2;
-    {
-      absl::MutexLock queue_lock(queue_mu_);
-      r2 = vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE);
-    }
-    if (r2 != VK_SUCCESS) {
-      // This value will never be signalled: fail everything in flight.
-      FailDevice(VkStatus(r2, absl::StrCat("signalling a failed submission on ", name())));
-    }
-    Publish(slot, value, std::move(promise), nullptr, status);
-    return future;
+  if (result != VK_SUCCESS) {
+    // This value will never be signalled: fail everything in flight.
+    FailDevice(VkStatus(result, absl::StrCat("signalling a failed submission on ", name())));
   }
-  Publish(slot, value, std::move(promise), *recording, absl::OkStatus());
-  for (const auto& [owner, v] : waiting) {
-    uint64_t& through = waited_through_[owner];
-    through = std::max(through, v);
-  }
-  if (span.active()) {
-    if (list->peer_read_bytes() > 0) TraceIciBytes(list->peer_read_bytes());
-    span.set_flow(TraceFlowId(index_, value));
-    span.set_args(absl::StrCat("\"accelerator\":", index_, ",\"submission\":", value, ",\"waits\":[",
-                               traced_waits, "]"));
-    Tracer::Get().Counter(ring_counter_, index_, static_cast<double>(value - retired_value()));
-  }
-  return future;
 }
 
 void Accelerator::Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
@@ -984,9 +985,10 @@ void Accelerator::Retire() {
     int64_t device_ns = -1;
     if (slot.recording != nullptr) {
       int64_t list_begin = -1;
-      device_ns = slot.list->CollectTimestamps(slot.recording, index_, slot.value, clock_offset_ns(), &list_begin);
+      device_ns = slot.list->CollectTimestamps(ReplayKey(), slot.recording, index_, slot.value,
+                                               clock_offset_ns(), &list_begin);
       if (status.ok() && slot.on_device_start && list_begin >= 0) slot.on_device_start(list_begin);
-      slot.list->ReleaseRecording(slot.recording);
+      slot.list->ReleaseRecording(ReplayKey(), slot.recording);
     }
     if (status.ok()) {
       for (auto& step : slot.on_done) step();

@@ -155,6 +155,8 @@ class Accelerator final : public TimelineDriver {
   Device& device() const { return *device_; }
   const std::shared_ptr<Device>& shared_device() const { return device_; }
   const PhysicalDeviceInfo& info() const { return device_->info(); }
+  // What planners read of this device (no Vulkan types).
+  const DeviceCapabilities& capabilities() const { return device_->capabilities(); }
   VkQueue queue() const { return queue_; }
   // Whether this queue writes timestamps (device times, traces).
   bool has_timestamps() const;
@@ -329,10 +331,7 @@ class Accelerator final : public TimelineDriver {
     VkSemaphore semaphore = VK_NULL_HANDLE;
   };
 
-  friend class CommandList;
   Accelerator() = default;
-  // Takes a slot; blocks while the ring is full.
-  Slot* AcquireSlot() ABSL_LOCKS_EXCLUDED(ring_mu_);
   // Registers `target` to be woken when `value` retires here; false when it
   // already has (nothing to wait for).
   bool AddRelayTarget(uint64_t value, Accelerator* target) ABSL_LOCKS_EXCLUDED(ring_mu_);
@@ -361,8 +360,42 @@ class Accelerator final : public TimelineDriver {
   // reached the queue); OK otherwise.
   absl::Status KnownStatus(uint64_t value) const ABSL_LOCKS_EXCLUDED(ring_mu_);
   void ReleaseWaits();
+  // Submits in stages: inputs that already failed fail the submission; a
+  // slot of the ring and its timeline value (waiting while the ring is
+  // full); what the queue must wait for; the queue submission, or, where
+  // any stage failed, an empty one that keeps the timeline whole.
   Future<> SubmitInternal(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
                           std::vector<std::function<void()>> on_done, SubmitOptions options = {});
+  // The first of `waits` known to have failed (or to be invalid), as this
+  // submission's error; OK when none has.
+  static absl::Status FailedInput(absl::Span<const Future<>> waits);
+  // The next slot, filled with the submission; blocks while the ring is
+  // full. The accelerator's error when it is out of service.
+  absl::StatusOr<Slot*> ReserveSlot(std::shared_ptr<CommandList> list, absl::Span<const Future<>> waits,
+                                    std::vector<std::function<void()>> on_done, SubmitOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(submit_mu_) ABSL_LOCKS_EXCLUDED(ring_mu_);
+  // What a submission's queue waits on.
+  struct QueueWaits {
+    absl::InlinedVector<VkSemaphore, 4> semaphores;
+    absl::InlinedVector<uint64_t, 4> values;
+    // Values of accelerators on other VkDevices waited for (waited_through_
+    // once the submission is queued).
+    absl::InlinedVector<std::pair<const Accelerator*, uint64_t>, 4> remote;
+    std::string traced;  // the waits as trace JSON, when traced
+  };
+  // The semaphores `waits` need: none for this queue's own values or ones
+  // ready; the timeline of an accelerator on this VkDevice; a relay from one
+  // on another VkDevice (a single host gate for several); a host gate for a
+  // host future.
+  absl::Status GatherWaits(absl::Span<const Future<>> waits, bool traced, QueueWaits& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(submit_mu_);
+  // vkQueueSubmit of `cb`, signalling `value` after `waits` (or the fault
+  // injected in its place).
+  absl::Status QueueSubmit(uint64_t value, const QueueWaits& waits, VkCommandBuffer cb);
+  // Keeps the timeline whole for a submission that never reached the queue:
+  // an empty one signals `value` after everything before it; when even that
+  // fails, the accelerator fails.
+  void SignalSkipped(uint64_t value);
   Future<> HostStagedCopy(const BufferArg& src, const BufferArg& dst, absl::Span<const Future<>> waits);
 
   int index_ = 0;

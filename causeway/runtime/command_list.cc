@@ -40,7 +40,7 @@ std::array<uint32_t, 3> Groups1D(uint64_t count, uint32_t local_size, uint32_t m
   return {static_cast<uint32_t>(groups), 1, 1};
 }
 
-CommandList::CommandList(Accelerator* accelerator, std::string label)
+CommandList::CommandList(ReplayKey, Accelerator* accelerator, std::string label)
     : accelerator_(accelerator), label_(std::move(label)) {}
 
 CommandList::~CommandList() {
@@ -177,7 +177,7 @@ absl::StatusOr<std::shared_ptr<ImportedBlock>> CommandList::PeerRead(const Buffe
     case CopyPath::kSameDevice:
       return nullptr;
     case CopyPath::kExternalMemory:
-      return accelerator_->imports_->Get(from->device_pool(), *buffer.block());
+      return accelerator_->imports_for_peers()->Get(from->device_pool(), *buffer.block());
     case CopyPath::kHostStaged:
       break;
   }
@@ -268,7 +268,7 @@ absl::Status CommandList::Fill(const BufferArg& dst, uint32_t word) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(Timing timing) {
+absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(ReplayKey, Timing timing) {
   absl::MutexLock lock(&mu_);
   sealed_ = true;
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -304,57 +304,25 @@ absl::StatusOr<CommandList::Recording*> CommandList::AcquireRecording(Timing tim
   return out;
 }
 
-void CommandList::ReleaseRecording(Recording* r) {
+void CommandList::ReleaseRecording(ReplayKey, Recording* r) {
   absl::MutexLock lock(&mu_);
   free_.push_back(r);
 }
 
+VkBuffer CommandList::Command::handle(size_t j) const {
+  return import(j) != nullptr ? import(j)->buffer : args[j].buffer->handle();
+}
+
+uint64_t CommandList::Command::offset(size_t j) const {
+  return args[j].offset + (import(j) != nullptr ? args[j].buffer->block_offset() : 0);
+}
+
 absl::Status CommandList::Record(Recording* r) {
-  VkDevice dev = accelerator_->device().handle();
-  Device& device = accelerator_->device();
   const bool per_command = r->timing == Timing::kCommands;
   const uint32_t query_count =
       commands_.empty() || r->timing == Timing::kNone ? 0 : per_command ? 2 * commands_.size() : 2;
-  if (query_count > 0) {
-    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    qi.queryCount = query_count;
-    CAUSEWAY_VK_RETURN_IF_ERROR(vkCreateQueryPool(dev, &qi, nullptr, &r->queries));
-    CountVulkanObject(+1);
-    CAUSEWAY_ASSIGN_OR_RETURN(r->query_results,
-                              accelerator_->CreateStagingBuffer(uint64_t{query_count} * 8, true));
-  }
-  // Descriptor sets, when the device cannot push them.
-  std::vector<VkDescriptorSet> sets(commands_.size(), VK_NULL_HANDLE);
-  if (!device.push_descriptors()) {
-    uint32_t dispatches = 0, storage = 0, uniform = 0;
-    for (const Command& c : commands_) {
-      if (c.kind != Command::kDispatch) continue;
-      ++dispatches;
-      for (const auto& b : c.pipeline->kernel->reflection().bindings) {
-        (b.kind == BindingKind::kUniformBuffer ? uniform : storage)++;
-      }
-    }
-    if (dispatches > 0) {
-      std::vector<VkDescriptorPoolSize> sizes;
-      if (storage) sizes.push_back({VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, storage});
-      if (uniform) sizes.push_back({VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, uniform});
-      VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-      pi.maxSets = dispatches;
-      pi.poolSizeCount = static_cast<uint32_t>(sizes.size());
-      pi.pPoolSizes = sizes.data();
-      CAUSEWAY_VK_RETURN_IF_ERROR(vkCreateDescriptorPool(dev, &pi, nullptr, &r->descriptors));
-      CountVulkanObject(+1);
-      for (size_t i = 0; i < commands_.size(); ++i) {
-        if (commands_[i].kind != Command::kDispatch) continue;
-        VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-        ai.descriptorPool = r->descriptors;
-        ai.descriptorSetCount = 1;
-        ai.pSetLayouts = &commands_[i].pipeline->set_layout;
-        CAUSEWAY_VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(dev, &ai, &sets[i]));
-      }
-    }
-  }
+  if (query_count > 0) CAUSEWAY_RETURN_IF_ERROR(CreateQueries(r, query_count));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<VkDescriptorSet> sets, AllocateDescriptorSets(r));
 
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   CAUSEWAY_VK_RETURN_IF_ERROR(vkBeginCommandBuffer(r->cb, &begin));
@@ -371,30 +339,20 @@ absl::Status CommandList::Record(Recording* r) {
   const Pipeline* bound = nullptr;
   for (size_t i = 0; i < commands_.size(); ++i) {
     const Command& c = commands_[i];
-    // Arg j as this device addresses it: its own buffer, or the import of
-    // a peer's block (at the buffer's offset in it).
-    auto imported = [&c](size_t j) { return j < c.imported.size() ? c.imported[j].get() : nullptr; };
-    auto handle = [&](size_t j) { return imported(j) ? imported(j)->buffer : c.args[j].buffer->handle(); };
-    auto offset = [&](size_t j) {
-      return c.args[j].offset + (imported(j) ? c.args[j].buffer->block_offset() : 0);
-    };
     std::vector<VkBuffer> reads, writes;
-    switch (c.kind) {
-      case Command::kDispatch: {
-        const auto& bindings = c.pipeline->kernel->reflection().bindings;
-        for (size_t j = 0; j < c.args.size(); ++j) {
-          if (!bindings[j].write_only) reads.push_back(handle(j));
-          if (!bindings[j].read_only) writes.push_back(handle(j));
-        }
-        break;
+    for (size_t j = 0; j < c.args.size(); ++j) {
+      const bool reads_arg = c.kind == Command::kDispatch
+                                 ? !c.pipeline->kernel->reflection().bindings[j].write_only
+                                 : c.kind == Command::kCopy && j == 0;
+      const bool writes_arg = c.kind == Command::kDispatch
+                                  ? !c.pipeline->kernel->reflection().bindings[j].read_only
+                                  : j + 1 == c.args.size();
+      const VkBuffer b = c.handle(j);
+      if (reads_arg) reads.push_back(b);
+      if (writes_arg) {
+        writes.push_back(b);
+        writes_host_memory |= c.args[j].buffer->kind() != MemoryKind::kDevice;
       }
-      case Command::kCopy:
-        reads.push_back(handle(0));
-        writes.push_back(handle(1));
-        break;
-      case Command::kFill:
-        writes.push_back(c.args[0].buffer->handle());
-        break;
     }
     bool hazard = false;
     for (VkBuffer b : reads) hazard |= written.contains(b);
@@ -405,95 +363,149 @@ absl::Status CommandList::Record(Recording* r) {
       read.clear();
     }
     written.insert(writes.begin(), writes.end());
-    for (size_t j = 0; j < c.args.size(); ++j) {
-      bool written_arg = c.kind == Command::kDispatch ? !c.pipeline->kernel->reflection().bindings[j].read_only
-                                                      : j + 1 == c.args.size();
-      if (written_arg) writes_host_memory |= c.args[j].buffer->kind() != MemoryKind::kDevice;
-    }
     read.insert(reads.begin(), reads.end());
 
     if (per_command) vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, r->queries, 2 * i);
-    if (!c.imported.empty()) {
-      // The peers' memory, acquired from the external queue family first.
-      const bool copy = c.kind == Command::kCopy;
-      std::vector<VkBufferMemoryBarrier> acquires;
-      for (size_t j = 0; j < c.args.size(); ++j) {
-        if (imported(j) == nullptr) continue;
-        VkBufferMemoryBarrier& acquire = acquires.emplace_back();
-        acquire = {VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
-        acquire.srcAccessMask = 0;
-        acquire.dstAccessMask = copy ? VK_ACCESS_TRANSFER_READ_BIT : VK_ACCESS_SHADER_READ_BIT;
-        acquire.srcQueueFamilyIndex = VK_QUEUE_FAMILY_EXTERNAL;
-        acquire.dstQueueFamilyIndex = device.queue_family();
-        acquire.buffer = handle(j);
-        acquire.offset = offset(j);
-        acquire.size = c.args[j].resolved_size();
-      }
-      vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
-                           copy ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0,
-                           nullptr, static_cast<uint32_t>(acquires.size()), acquires.data(), 0, nullptr);
-    }
-    switch (c.kind) {
-      case Command::kDispatch: {
-        const Pipeline* p = c.pipeline;
-        if (p != bound) {
-          vkCmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipeline);
-          bound = p;
-        }
-        const auto& bindings = p->kernel->reflection().bindings;
-        std::vector<VkDescriptorBufferInfo> infos(c.args.size());
-        std::vector<VkWriteDescriptorSet> writes_ds(c.args.size());
-        for (size_t j = 0; j < c.args.size(); ++j) {
-          infos[j] = {handle(j), offset(j), c.args[j].resolved_size()};
-          VkWriteDescriptorSet& w = writes_ds[j];
-          w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-          w.dstSet = sets[i];
-          w.dstBinding = bindings[j].binding;
-          w.descriptorCount = 1;
-          w.descriptorType = bindings[j].kind == BindingKind::kUniformBuffer ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
-                                                                             : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-          w.pBufferInfo = &infos[j];
-        }
-        if (!writes_ds.empty()) {
-          if (p->push_descriptors) {
-            device.push_descriptor_fn()(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0,
-                                        static_cast<uint32_t>(writes_ds.size()), writes_ds.data());
-          } else {
-            vkUpdateDescriptorSets(dev, static_cast<uint32_t>(writes_ds.size()), writes_ds.data(), 0, nullptr);
-            vkCmdBindDescriptorSets(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &sets[i], 0, nullptr);
-          }
-        }
-        if (!c.push.empty()) {
-          vkCmdPushConstants(r->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                             static_cast<uint32_t>(c.push.size()), c.push.data());
-        }
-        vkCmdDispatch(r->cb, c.groups[0], c.groups[1], c.groups[2]);
-        break;
-      }
-      case Command::kCopy: {
-        // Regions are absolute in the buffers; an import holds the whole block.
-        const uint64_t shift = offset(0) - c.args[0].offset;
-        std::vector<VkBufferCopy> regions = c.regions;
-        for (VkBufferCopy& region : regions) region.srcOffset += shift;
-        vkCmdCopyBuffer(r->cb, handle(0), handle(1), static_cast<uint32_t>(regions.size()), regions.data());
-        break;
-      }
-      case Command::kFill:
-        vkCmdFillBuffer(r->cb, c.args[0].buffer->handle(), c.args[0].offset, c.args[0].size, c.word);
-        break;
-    }
+    RecordAcquires(r->cb, c);
+    RecordCommand(r->cb, c, sets[i], bound);
     if (per_command) vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 2 * i + 1);
   }
   if (r->queries != VK_NULL_HANDLE && !per_command) {
     vkCmdWriteTimestamp(r->cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, r->queries, 1);
   }
-  if (r->queries != VK_NULL_HANDLE) {
+  RecordEnd(*r, query_count, writes_host_memory);
+  CAUSEWAY_VK_RETURN_IF_ERROR(vkEndCommandBuffer(r->cb));
+  return absl::OkStatus();
+}
+
+absl::Status CommandList::CreateQueries(Recording* r, uint32_t query_count) {
+  VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+  qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+  qi.queryCount = query_count;
+  CAUSEWAY_VK_RETURN_IF_ERROR(vkCreateQueryPool(accelerator_->device().handle(), &qi, nullptr, &r->queries));
+  CountVulkanObject(+1);
+  CAUSEWAY_ASSIGN_OR_RETURN(r->query_results,
+                            accelerator_->CreateStagingBuffer(uint64_t{query_count} * 8, true));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<VkDescriptorSet>> CommandList::AllocateDescriptorSets(Recording* r) {
+  std::vector<VkDescriptorSet> sets(commands_.size(), VK_NULL_HANDLE);
+  if (accelerator_->device().push_descriptors()) return sets;
+  uint32_t dispatches = 0, storage = 0, uniform = 0;
+  for (const Command& c : commands_) {
+    if (c.kind != Command::kDispatch) continue;
+    ++dispatches;
+    for (const auto& b : c.pipeline->kernel->reflection().bindings) {
+      (b.kind == BindingKind::kUniformBuffer ? uniform : storage)++;
+    }
+  }
+  if (dispatches == 0) return sets;
+  VkDevice dev = accelerator_->device().handle();
+  std::vector<VkDescriptorPoolSize> sizes;
+  if (storage) sizes.push_back({VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, storage});
+  if (uniform) sizes.push_back({VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER, uniform});
+  VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+  pi.maxSets = dispatches;
+  pi.poolSizeCount = static_cast<uint32_t>(sizes.size());
+  pi.pPoolSizes = sizes.data();
+  CAUSEWAY_VK_RETURN_IF_ERROR(vkCreateDescriptorPool(dev, &pi, nullptr, &r->descriptors));
+  CountVulkanObject(+1);
+  for (size_t i = 0; i < commands_.size(); ++i) {
+    if (commands_[i].kind != Command::kDispatch) continue;
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = r->descriptors;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &commands_[i].pipeline->set_layout;
+    CAUSEWAY_VK_RETURN_IF_ERROR(vkAllocateDescriptorSets(dev, &ai, &sets[i]));
+  }
+  return sets;
+}
+
+void CommandList::RecordAcquires(VkCommandBuffer cb, const Command& c) const {
+  if (c.imported.empty()) return;
+  const bool copy = c.kind == Command::kCopy;
+  std::vector<VkBufferMemoryBarrier> acquires;
+  for (size_t j = 0; j < c.args.size(); ++j) {
+    if (c.import(j) == nullptr) continue;
+    VkBufferMemoryBarrier& acquire = acquires.emplace_back();
+    acquire = {VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER};
+    acquire.srcAccessMask = 0;
+    acquire.dstAccessMask = copy ? VK_ACCESS_TRANSFER_READ_BIT : VK_ACCESS_SHADER_READ_BIT;
+    acquire.srcQueueFamilyIndex = VK_QUEUE_FAMILY_EXTERNAL;
+    acquire.dstQueueFamilyIndex = accelerator_->device().queue_family();
+    acquire.buffer = c.handle(j);
+    acquire.offset = c.offset(j);
+    acquire.size = c.args[j].resolved_size();
+  }
+  vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
+                       copy ? VK_PIPELINE_STAGE_TRANSFER_BIT : VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0,
+                       nullptr, static_cast<uint32_t>(acquires.size()), acquires.data(), 0, nullptr);
+}
+
+void CommandList::RecordCommand(VkCommandBuffer cb, const Command& c, VkDescriptorSet set,
+                                const Pipeline*& bound) const {
+  switch (c.kind) {
+    case Command::kDispatch: {
+      const Pipeline* p = c.pipeline;
+      if (p != bound) {
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipeline);
+        bound = p;
+      }
+      const auto& bindings = p->kernel->reflection().bindings;
+      std::vector<VkDescriptorBufferInfo> infos(c.args.size());
+      std::vector<VkWriteDescriptorSet> writes(c.args.size());
+      for (size_t j = 0; j < c.args.size(); ++j) {
+        infos[j] = {c.handle(j), c.offset(j), c.args[j].resolved_size()};
+        VkWriteDescriptorSet& w = writes[j];
+        w = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w.dstSet = set;
+        w.dstBinding = bindings[j].binding;
+        w.descriptorCount = 1;
+        w.descriptorType = bindings[j].kind == BindingKind::kUniformBuffer
+                               ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
+                               : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w.pBufferInfo = &infos[j];
+      }
+      if (!writes.empty()) {
+        if (p->push_descriptors) {
+          accelerator_->device().push_descriptor_fn()(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0,
+                                                      static_cast<uint32_t>(writes.size()), writes.data());
+        } else {
+          vkUpdateDescriptorSets(accelerator_->device().handle(), static_cast<uint32_t>(writes.size()),
+                                 writes.data(), 0, nullptr);
+          vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, nullptr);
+        }
+      }
+      if (!c.push.empty()) {
+        vkCmdPushConstants(cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                           static_cast<uint32_t>(c.push.size()), c.push.data());
+      }
+      vkCmdDispatch(cb, c.groups[0], c.groups[1], c.groups[2]);
+      return;
+    }
+    case Command::kCopy: {
+      // Regions are absolute in the buffers; an import holds the whole block.
+      const uint64_t shift = c.offset(0) - c.args[0].offset;
+      std::vector<VkBufferCopy> regions = c.regions;
+      for (VkBufferCopy& region : regions) region.srcOffset += shift;
+      vkCmdCopyBuffer(cb, c.handle(0), c.handle(1), static_cast<uint32_t>(regions.size()), regions.data());
+      return;
+    }
+    case Command::kFill:
+      vkCmdFillBuffer(cb, c.args[0].buffer->handle(), c.args[0].offset, c.args[0].size, c.word);
+      return;
+  }
+}
+
+void CommandList::RecordEnd(const Recording& r, uint32_t query_count, bool writes_host_memory) {
+  if (r.queries != VK_NULL_HANDLE) {
     VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     before.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0,
-                         nullptr, 0, nullptr);
-    vkCmdCopyQueryPoolResults(r->cb, r->queries, 0, query_count, r->query_results->handle(), 0, sizeof(uint64_t),
+    vkCmdPipelineBarrier(r.cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1,
+                         &before, 0, nullptr, 0, nullptr);
+    vkCmdCopyQueryPoolResults(r.cb, r.queries, 0, query_count, r.query_results->handle(), 0, sizeof(uint64_t),
                               VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
     writes_host_memory = true;
   }
@@ -503,15 +515,14 @@ absl::Status CommandList::Record(Recording* r) {
     VkMemoryBarrier to_host{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     to_host.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     to_host.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+    vkCmdPipelineBarrier(r.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &to_host, 0, nullptr, 0, nullptr);
   }
-  CAUSEWAY_VK_RETURN_IF_ERROR(vkEndCommandBuffer(r->cb));
-  return absl::OkStatus();
 }
 
-int64_t CommandList::CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value,
-                                       int64_t clock_offset_ns, int64_t* list_begin) {
+int64_t CommandList::CollectTimestamps(ReplayKey, Recording* r, int accelerator_index,
+                                       uint64_t timeline_value, int64_t clock_offset_ns,
+                                       int64_t* list_begin) {
   if (r->queries == VK_NULL_HANDLE) return -1;
   const bool per_command = r->timing == Timing::kCommands;
   absl::InlinedVector<uint64_t, 8> ticks(per_command ? 2 * commands_.size() : 2);

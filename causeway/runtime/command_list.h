@@ -35,6 +35,13 @@ namespace causeway {
 
 class Accelerator;
 
+// Opens a command list's replay interface (recordings and their timestamps)
+// to the one class that submits lists. Only an Accelerator can make one.
+class ReplayKey {
+  friend class Accelerator;
+  ReplayKey() = default;
+};
+
 // A kernel argument or copy operand: a buffer, or a byte range of one.
 struct BufferArg {
   BufferArg(std::shared_ptr<Buffer> b) : buffer(std::move(b)) {}  // NOLINT: implicit on purpose
@@ -104,22 +111,10 @@ class CommandList {
   bool sealed() const;
   const std::string& label() const { return label_; }
 
- private:
-  friend class Accelerator;
-  struct Command {
-    enum Kind { kDispatch, kCopy, kFill } kind;
-    const Pipeline* pipeline = nullptr;
-    std::vector<BufferArg> args;  // dispatch bindings; copy: {src, dst}; fill: {dst}
-    std::vector<uint8_t> push;
-    std::array<uint32_t, 3> groups{};
-    uint32_t word = 0;
-    // Per arg, empty when none is: the peer block an arg on another
-    // VkDevice is read through (its offset in that block is the buffer's
-    // block_offset() more).
-    std::vector<std::shared_ptr<ImportedBlock>> imported;
-    std::vector<VkBufferCopy> regions;        // copy: absolute offsets in the two buffers
-    std::string name;
-  };
+  // The replay interface, for the accelerator that submits this list
+  // (Accelerator::CreateCommandList makes lists; Accelerator::Submit replays
+  // them).
+  CommandList(ReplayKey, Accelerator* accelerator, std::string label);
   // What a recording measures with timestamps.
   enum class Timing : uint8_t {
     kNone,
@@ -138,25 +133,64 @@ class CommandList {
     VkDescriptorPool descriptors = VK_NULL_HANDLE;
     Timing timing = Timing::kNone;
   };
-
-  CommandList(Accelerator* accelerator, std::string label);
-  absl::Status CheckAppendable() const;
-  // How this list reads `buffer` of another accelerator: null where it is
-  // bound as it is (same VkDevice), the import of its block where it is on
-  // another VkDevice; an error naming `what` where there is no device path.
-  absl::StatusOr<std::shared_ptr<ImportedBlock>> PeerRead(const Buffer& buffer, const std::string& what);
-  // A free recording, made if needed. Thread-safe.
-  absl::StatusOr<Recording*> AcquireRecording(Timing timing);
-  void ReleaseRecording(Recording* r);
-  absl::Status Record(Recording* r);
+  // A free recording, made if needed; the list is sealed from then on.
+  // Thread-safe.
+  absl::StatusOr<Recording*> AcquireRecording(ReplayKey, Timing timing);
+  // Gives back a recording whose submission retired (or never reached the
+  // queue).
+  void ReleaseRecording(ReplayKey, Recording* r);
   // Reads a finished recording's timestamps: trace events for each command
   // of a traced one, placed on the host clock by adding `clock_offset_ns`
   // (the first with the flow of its submission); returns its device time in
   // ns (the sum over commands when traced), or -1 when it has none.
   // `list_begin` (if not null) gets the list's first timestamp in ns on the
   // device's own clock.
-  int64_t CollectTimestamps(Recording* r, int accelerator_index, uint64_t timeline_value, int64_t clock_offset_ns,
-                            int64_t* list_begin = nullptr);
+  int64_t CollectTimestamps(ReplayKey, Recording* r, int accelerator_index, uint64_t timeline_value,
+                            int64_t clock_offset_ns, int64_t* list_begin = nullptr);
+
+ private:
+  struct Command {
+    enum Kind { kDispatch, kCopy, kFill } kind;
+    const Pipeline* pipeline = nullptr;
+    std::vector<BufferArg> args;  // dispatch bindings; copy: {src, dst}; fill: {dst}
+    std::vector<uint8_t> push;
+    std::array<uint32_t, 3> groups{};
+    uint32_t word = 0;
+    // Per arg, empty when none is: the peer block an arg on another
+    // VkDevice is read through (its offset in that block is the buffer's
+    // block_offset() more).
+    std::vector<std::shared_ptr<ImportedBlock>> imported;
+    std::vector<VkBufferCopy> regions;  // copy: absolute offsets in the two buffers
+    std::string name;
+
+    // Arg j as this device addresses it: its own buffer, or the import of a
+    // peer's block, at the buffer's offset in it.
+    const ImportedBlock* import(size_t j) const { return j < imported.size() ? imported[j].get() : nullptr; }
+    VkBuffer handle(size_t j) const;
+    uint64_t offset(size_t j) const;
+  };
+
+  absl::Status CheckAppendable() const;
+  // How this list reads `buffer` of another accelerator: null where it is
+  // bound as it is (same VkDevice), the import of its block where it is on
+  // another VkDevice; an error naming `what` where there is no device path.
+  absl::StatusOr<std::shared_ptr<ImportedBlock>> PeerRead(const Buffer& buffer, const std::string& what);
+
+  // Recording, by stage: the timestamp queries and the buffer they are
+  // copied to; descriptor sets (where the device cannot push them); each
+  // command, after a barrier where it touches what earlier ones did; the
+  // end (timestamps out, host visibility).
+  absl::Status Record(Recording* r);
+  absl::Status CreateQueries(Recording* r, uint32_t query_count);
+  absl::StatusOr<std::vector<VkDescriptorSet>> AllocateDescriptorSets(Recording* r);
+  // Acquires the peers' memory a command reads through imports from the
+  // external queue family.
+  void RecordAcquires(VkCommandBuffer cb, const Command& c) const;
+  // The command itself; `bound` is the pipeline bound so far.
+  void RecordCommand(VkCommandBuffer cb, const Command& c, VkDescriptorSet set, const Pipeline*& bound) const;
+  // Copies the timestamps out and makes what the list wrote to host-visible
+  // memory visible to the host.
+  static void RecordEnd(const Recording& r, uint32_t query_count, bool writes_host_memory);
 
   Accelerator* accelerator_;
   std::string label_;

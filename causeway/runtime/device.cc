@@ -12,6 +12,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/runtime/vk_status.h"
 
@@ -98,11 +99,11 @@ absl::StatusOr<int64_t> Device::CalibrateClock() const {
 }
 
 std::string Device::DefaultCacheDir() {
-  if (const char* d = std::getenv("CAUSEWAY_CACHE_DIR"); d != nullptr && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x) {
+  if (std::string d = EnvString("CAUSEWAY_CACHE_DIR"); !d.empty()) return d;
+  if (std::string x = EnvString("XDG_CACHE_HOME"); !x.empty()) {
     return absl::StrCat(x, "/causeway");
   }
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h) {
+  if (std::string h = EnvString("HOME"); !h.empty()) {
     return absl::StrCat(h, "/.cache/causeway");
   }
   return "";
@@ -114,6 +115,7 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Create(std::shared_ptr<Instance>
   std::shared_ptr<Device> self(new Device());
   self->instance_ = std::move(instance);
   self->info_ = info;
+  self->capabilities_ = CapabilitiesOf(info);
   if (!info.timeline_semaphore) {
     return absl::FailedPreconditionError(
         absl::StrCat("device '", info.name, "' has no timeline semaphores (Vulkan 1.2 needed)"));

@@ -73,6 +73,7 @@ class Device {
 
   VkDevice handle() const { return device_; }
   const PhysicalDeviceInfo& info() const { return info_; }
+  const DeviceCapabilities& capabilities() const { return capabilities_; }
   uint32_t queue_family() const { return queue_family_; }
   VkQueue queue(uint32_t i) const { return queues_[i]; }
   uint32_t queue_count() const { return static_cast<uint32_t>(queues_.size()); }
@@ -118,6 +119,7 @@ class Device {
   Device() = default;
   std::shared_ptr<Instance> instance_;
   PhysicalDeviceInfo info_;
+  DeviceCapabilities capabilities_;
   VkDevice device_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
   std::vector<VkQueue> queues_;

@@ -217,18 +217,20 @@ std::string PhysicalDeviceInfo::UuidString() const {
 }
 
 const char* DeviceTypeName(VkPhysicalDeviceType type) {
-  switch (type) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
-      return "discrete-gpu";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
-      return "integrated-gpu";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
-      return "virtual-gpu";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU:
-      return "cpu";
-    default:
-      return "other";
+  return DeviceKindName(DeviceKindFromValue(type).value_or(DeviceKind::kOther));
+}
+
+DeviceCapabilities CapabilitiesOf(const PhysicalDeviceInfo& info) {
+  DeviceCapabilities c;
+  c.name = info.name;
+  c.kind = DeviceKindFromValue(info.type).value_or(DeviceKind::kOther);
+  c.subgroup_size = info.subgroup_size;
+  c.max_workgroup_invocations = info.limits.maxComputeWorkGroupInvocations;
+  for (int d = 0; d < 3; ++d) {
+    c.max_workgroup_size[d] = info.limits.maxComputeWorkGroupSize[d];
+    c.max_workgroup_count[d] = info.limits.maxComputeWorkGroupCount[d];
   }
+  return c;
 }
 
 absl::StatusOr<std::shared_ptr<Instance>> Instance::Create(const InstanceOptions& options) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "causeway/runtime/device_capabilities.h"
 
 namespace causeway {
 
@@ -77,7 +78,9 @@ struct PhysicalDeviceInfo {
   std::string UuidString() const;  // 32 lowercase hex digits
 };
 
-const char* DeviceTypeName(VkPhysicalDeviceType type);  // "discrete-gpu", "cpu", ...
+const char* DeviceTypeName(VkPhysicalDeviceType type);  // "discrete-gpu", "cpu", ... (DeviceKindName)
+// The plain description of `info` that planners, clients and the wire use.
+DeviceCapabilities CapabilitiesOf(const PhysicalDeviceInfo& info);
 
 struct InstanceOptions {
   // Turns on VK_LAYER_KHRONOS_validation (also CAUSEWAY_VALIDATION=1). It is an

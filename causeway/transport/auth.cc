@@ -137,6 +137,8 @@ absl::StatusOr<Secret> Secret::FromFile(const std::string& path) {
 }
 
 absl::StatusOr<Secret> Secret::FromEnvironment(const char* name) {
+  // Read in place, not through causeway/base/env.h: a copy of the secret
+  // would stay in freed memory, where Secret could not wipe it.
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
     return absl::NotFoundError(

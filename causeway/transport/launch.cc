@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "causeway/base/env.h"
 #include "causeway/base/status.h"
 #include "causeway/transport/connection.h"
 
@@ -286,11 +287,7 @@ absl::StatusOr<std::optional<LaunchConfig>> DetectLaunch(const LaunchFlags& flag
 }
 
 absl::StatusOr<std::optional<LaunchConfig>> DetectLaunch(const LaunchFlags& flags) {
-  return DetectLaunch(flags, [](const char* name) -> std::optional<std::string> {
-    const char* value = std::getenv(name);
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  });
+  return DetectLaunch(flags, [](const char* name) { return EnvValue(name); });
 }
 
 // --- Slurm host lists -------------------------------------------------------

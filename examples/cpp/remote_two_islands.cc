@@ -1,6 +1,7 @@
-// A single controller driving two island servers: x is scaled on island 0,
-// the result crosses to island 1 (over a socket, as between hosts) and is
-// added to itself there. The program is a ProgramDef, written here in
+// A single controller driving two island servers, through the client API
+// (causeway/client/client.h) that local islands answer too: x is scaled on
+// island 0, the result crosses to island 1 (over a socket, as between hosts)
+// and is added to itself there. The program is a ProgramDef, written here in
 // protobuf text as a program file would hold it. Checks z = 4 x exactly.
 //
 //   remote_two_islands                      starts two island servers in
@@ -15,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "causeway/base/status.h"
-#include "causeway/distributed/controller.h"
+#include "causeway/client/remote_client.h"
 #include "causeway/distributed/island_server.h"
 #include "causeway/runtime/runtime.h"
 #include "causeway/scheduler/program_def.pb.h"
@@ -57,31 +58,31 @@ absl::Status Run(std::vector<std::string> addresses) {
     return absl::InvalidArgumentError(absl::StrCat("expected 2 island addresses, got ", addresses.size()));
   }
 
-  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<transport::Controller> controller,
-                            transport::Controller::Connect(addresses));
-  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteMesh a, controller->AllocateMesh(0, {1}));
-  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteMesh b, controller->AllocateMesh(1, {1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::RemoteClient::Connect(addresses));
+  CAUSEWAY_ASSIGN_OR_RETURN(client::Mesh a, c->AllocateMesh(0, {1}));
+  CAUSEWAY_ASSIGN_OR_RETURN(client::Mesh b, c->AllocateMesh(1, {1}));
   ProgramDef def;
   if (!google::protobuf::TextFormat::ParseFromString(kProgram, &def)) {
     return absl::InternalError("the program text does not parse");
   }
-  CAUSEWAY_ASSIGN_OR_RETURN(auto program, controller->Load(def, {{"a", a}, {"b", b}}));
+  CAUSEWAY_ASSIGN_OR_RETURN(auto program, c->Load(def, {{"a", a}, {"b", b}}));
 
   std::vector<float> x(kN), z(kN, -1.0f);
   for (int64_t i = 0; i < kN; ++i) x[i] = static_cast<float>(i) - 100.0f;
-  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteArray xa, controller->CreateArray(a, {kN}, DType::kF32));
-  CAUSEWAY_RETURN_IF_ERROR(controller->Upload(xa, x.data(), x.size() * sizeof(float)));
-  CAUSEWAY_ASSIGN_OR_RETURN(transport::RemoteRun run, controller->Execute(program, {xa}));  // returns at once
+  CAUSEWAY_ASSIGN_OR_RETURN(client::Array xa, c->CreateArray(a, {kN}, DType::kF32));
+  CAUSEWAY_RETURN_IF_ERROR(c->Upload(xa, x.data(), x.size() * sizeof(float)));
+  CAUSEWAY_ASSIGN_OR_RETURN(client::Run run, c->Execute(program, {xa}));  // returns at once
   CAUSEWAY_RETURN_IF_ERROR(run.done.Await());
-  CAUSEWAY_RETURN_IF_ERROR(controller->Download(run.outputs[0], z.data(), z.size() * sizeof(float)));
+  CAUSEWAY_RETURN_IF_ERROR(c->Download(run.outputs[0], z.data(), z.size() * sizeof(float)));
 
   for (int64_t i = 0; i < kN; ++i) {
     if (z[i] != 4.0f * x[i]) {  // exact: small integers times powers of two
       return absl::InternalError(absl::StrCat("z[", i, "] = ", z[i], ", expected ", 4.0f * x[i]));
     }
   }
+  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<client::Device> devices, c->Devices());
   std::printf("remote_two_islands: z = 4 x over islands '%s' and '%s' is correct\n",
-              controller->island_name(0).c_str(), controller->island_name(1).c_str());
+              devices.front().island_name.c_str(), devices.back().island_name.c_str());
   return absl::OkStatus();
 }
 

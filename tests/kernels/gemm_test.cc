@@ -322,10 +322,10 @@ TEST_P(GemmTest, RejectsBadArguments) {
 // so the tests above cover them all: the forced path is the one planned, and
 // it computes a product worked out by hand.
 TEST_P(GemmTest, PathRunsOnLavapipe) {
-  const PhysicalDeviceInfo& info = acc_->info();
-  EXPECT_EQ(info.type, VK_PHYSICAL_DEVICE_TYPE_CPU);
+  const DeviceCapabilities& info = acc_->capabilities();
+  EXPECT_EQ(info.kind, DeviceKind::kCpu);
   EXPECT_EQ(info.subgroup_size, 8u);
-  EXPECT_GE(info.limits.maxComputeWorkGroupInvocations, 256u);
+  EXPECT_GE(info.max_workgroup_invocations, 256u);
   ops::GemmOptions o;
   o.path = GetParam();
   ASSERT_OK_AND_ASSIGN(ops::OpPlan plan, ops::PlanGemm(2, 3, 2, o, &info));
@@ -404,18 +404,18 @@ TEST(PlanGemmTest, BatchedTransposedWithStridesAndOffsets) {
 // subgroups of 8 (8 lanes, 16 x 128 of C a group, vec4 C where N allows),
 // shared tiles on a GPU (256 invocations, 64 x 64 a group).
 TEST(PlanGemmTest, PathFollowsTheDevice) {
-  PhysicalDeviceInfo cpu;
-  cpu.type = VK_PHYSICAL_DEVICE_TYPE_CPU;
+  DeviceCapabilities cpu;
+  cpu.kind = DeviceKind::kCpu;
   cpu.subgroup_size = 8;
-  cpu.limits.maxComputeWorkGroupInvocations = 1024;
-  cpu.limits.maxComputeWorkGroupSize[0] = 1024;
-  cpu.limits.maxComputeWorkGroupCount[2] = 65535;
+  cpu.max_workgroup_invocations = 1024;
+  cpu.max_workgroup_size[0] = 1024;
+  cpu.max_workgroup_count[2] = 65535;
   ASSERT_OK_AND_ASSIGN(ops::OpPlan lanes, ops::PlanGemm(40, 256, 8, {}, &cpu));
   EXPECT_EQ(lanes.launches[0].groups, (Groups{2, 3, 1}));
   EXPECT_THAT(lanes.launches[0].spec, ElementsAre(Pair(0, 8), Pair(1, 0), Pair(2, 0), Pair(3, 16), Pair(4, 1),
                                                   Pair(5, 0), Pair(6, 7)));
-  PhysicalDeviceInfo gpu = cpu;
-  gpu.type = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
+  DeviceCapabilities gpu = cpu;
+  gpu.kind = DeviceKind::kDiscreteGpu;
   gpu.subgroup_size = 32;
   ASSERT_OK_AND_ASSIGN(ops::OpPlan tiles, ops::PlanGemm(40, 256, 8, {}, &gpu));
   EXPECT_EQ(tiles.launches[0].groups, (Groups{4, 1, 1}));
@@ -447,10 +447,10 @@ TEST(PlanGemmTest, RefusesBadArguments) {
   o = {};
   o.path = ops::GemmPath::kSharedTiles;
   EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o), kBad, "path shared-tiles needs the device it will run on");
-  PhysicalDeviceInfo small;
+  DeviceCapabilities small;
   small.subgroup_size = 32;
-  small.limits.maxComputeWorkGroupInvocations = 128;
-  small.limits.maxComputeWorkGroupCount[2] = 65535;
+  small.max_workgroup_invocations = 128;
+  small.max_workgroup_count[2] = 65535;
   o.path = ops::GemmPath::kSubgroupLanes;
   EXPECT_ERROR(
       ops::PlanGemm(4, 4, 4, o, &small), kBad,
@@ -458,7 +458,7 @@ TEST(PlanGemmTest, RefusesBadArguments) {
       "invocations per group");
   o.path = ops::GemmPath::kSharedTiles;
   EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o, &small), kBad, "path shared-tiles needs 256 invocations per group");
-  small.limits.maxComputeWorkGroupCount[2] = 8;
+  small.max_workgroup_count[2] = 8;
   o = {};
   o.batch = 9;
   EXPECT_ERROR(ops::PlanGemm(4, 4, 4, o, &small), kBad, "batch must be at most 8 on this device");

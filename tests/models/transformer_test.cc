@@ -389,7 +389,8 @@ TEST_F(TransformerTest, ReplicasFollowOneAccelerator) {
 TEST_F(TransformerTest, StepDefRoundTripsThroughText) {
   Start(2);
   TrainLayout layout{8, 2, 2};
-  ASSERT_OK_AND_ASSIGN(TrainStep step, BuildTrainStepDef(Tiny(10), layout, {1}, {}, &rt_->accelerator(0)->info()));
+  ASSERT_OK_AND_ASSIGN(TrainStep step,
+                       BuildTrainStepDef(Tiny(10), layout, {1}, {}, &rt_->accelerator(0)->capabilities()));
   EXPECT_EQ(step.meshes, (std::vector<std::string>{"r0.stage0", "r1.stage0"}));
   EXPECT_EQ(step.parameters.size(), step.parameter_values.size());
   EXPECT_EQ(step.outputs.size(), step.output_values.size());

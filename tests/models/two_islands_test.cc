@@ -88,7 +88,7 @@ TEST(TwoIslandsTest, DataParallelAcrossIslandsFollowsOneAccelerator) {
   ASSERT_EQ(devices.size(), 4u);
   for (const client::Device& d : devices) {
     EXPECT_EQ(d.island_name, d.island == 0 ? "isl-a" : "isl-b");
-    EXPECT_EQ(d.type, "cpu");  // the kind the step's kernels are planned for
+    EXPECT_EQ(d.capabilities.kind, DeviceKind::kCpu);  // the kind the step's kernels are planned for
   }
   ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(client.get(), corpus, TinyOptions({2}, 2)));
   ASSERT_OK_AND_ASSIGN(std::vector<double> losses, trainer->Train(kSteps));

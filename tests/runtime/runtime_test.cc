@@ -53,6 +53,36 @@ TEST(RuntimeTest, SelectPhysicalDevice) {
   EXPECT_EQ((*SelectPhysicalDevice({devs[0]}, "auto"))->index, 0u);
 }
 
+// Tests that a device's capabilities carry what plans read, its kind by
+// Vulkan's value (what the wire carries), and that a value no kind has is
+// refused rather than cast.
+TEST(RuntimeTest, CapabilitiesOfAPhysicalDevice) {
+  PhysicalDeviceInfo d = FakeDevice(0, VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, 0x11);
+  d.subgroup_size = 32;
+  d.limits.maxComputeWorkGroupInvocations = 1024;
+  d.limits.maxComputeWorkGroupSize[0] = 1024;
+  d.limits.maxComputeWorkGroupSize[2] = 64;
+  d.limits.maxComputeWorkGroupCount[1] = 65535;
+  const DeviceCapabilities c = CapabilitiesOf(d);
+  EXPECT_EQ(c.name, "dev0");
+  EXPECT_EQ(c.kind, DeviceKind::kDiscreteGpu);
+  EXPECT_STREQ(DeviceKindName(c.kind), "discrete-gpu");
+  EXPECT_EQ(c.subgroup_size, 32u);
+  EXPECT_EQ(c.max_workgroup_invocations, 1024u);
+  EXPECT_EQ(c.max_workgroup_size, (std::array<uint32_t, 3>{1024, 0, 64}));
+  EXPECT_EQ(c.max_workgroup_count, (std::array<uint32_t, 3>{0, 65535, 0}));
+  for (VkPhysicalDeviceType t : {VK_PHYSICAL_DEVICE_TYPE_OTHER, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU,
+                                 VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU,
+                                 VK_PHYSICAL_DEVICE_TYPE_CPU}) {
+    ASSERT_TRUE(DeviceKindFromValue(t).has_value());
+    EXPECT_STREQ(DeviceKindName(*DeviceKindFromValue(t)), DeviceTypeName(t));
+  }
+  EXPECT_EQ(DeviceKindFromValue(5), std::nullopt);
+  EXPECT_EQ(DeviceKindFromValue(-1), std::nullopt);
+  d.type = static_cast<VkPhysicalDeviceType>(0x7FFFFFFF);
+  EXPECT_EQ(CapabilitiesOf(d).kind, DeviceKind::kOther);
+}
+
 // Tests that the accelerator count, budget and ring size come from the
 // environment when the options leave them unset, and bad values are refused.
 TEST(RuntimeTest, EnvironmentSettings) {

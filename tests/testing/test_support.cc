@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,10 +25,9 @@
 #include "absl/synchronization/mutex.h"
 #include "causeway/base/env.h"
 #include "causeway/base/status.h"
+#include "causeway/base/subprocess.h"
 #include "causeway/runtime/instance.h"
 #include "causeway/runtime/kernel.h"
-
-extern char** environ;
 
 namespace causeway::testing {
 namespace {
@@ -158,29 +156,23 @@ std::string ReadFile(const std::string& path) {
 ProgramResult RunProgram(const std::string& binary, const std::vector<std::string>& args) {
   static std::atomic<int> count{0};
   const std::string base = absl::StrCat(::testing::TempDir(), "/run_", getpid(), "_", count++);
-  const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> all = {binary};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
+  SpawnOptions options;
+  options.argv = {binary};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.stdout_path = base + ".out";
+  options.stderr_path = base + ".err";
   ProgramResult r;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  absl::StatusOr<Subprocess> child = Subprocess::Spawn(options);
+  if (!child.ok()) {
+    r.err = std::string(child.status().message());
+    return r;
   }
-  posix_spawn_file_actions_destroy(&actions);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
+  absl::StatusOr<int> status = child->Wait();
+  if (status.ok()) r.exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+  r.out = ReadFile(options.stdout_path);
+  r.err = ReadFile(options.stderr_path);
+  std::remove(options.stdout_path.c_str());
+  std::remove(options.stderr_path.c_str());
   return r;
 }
 

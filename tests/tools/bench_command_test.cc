@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "benchmarks/bench_report.h"
+#include "causeway/base/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
@@ -293,12 +294,9 @@ TEST(BenchCommandTest, SigintStopsTheBenchAndItsSuite) {
   const std::string command =
       absl::StrCat("exec ", Cli(), " bench --only dispatch --out ", out.string(), " >",
                    (dir / "stdout.txt").string(), " 2>", (dir / "stderr.txt").string());
-  const pid_t bench = fork();
-  ASSERT_GE(bench, 0);
-  if (bench == 0) {
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  SpawnOptions options;
+  options.argv = {"sh", "-c", command};
+  ASSERT_OK_AND_ASSIGN(Subprocess bench, Subprocess::Spawn(options));
   // The suite has started once a process runs with this run's output path.
   const std::string needle = absl::StrCat("--json=", (out / "raw").string());
   pid_t suite = 0;
@@ -306,17 +304,10 @@ TEST(BenchCommandTest, SigintStopsTheBenchAndItsSuite) {
   while ((suite = FindProcess(needle)) == 0 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_NE(suite, 0) << "the suite never started";
   const absl::Time signalled = absl::Now();
-  kill(bench, SIGINT);
-  int status = 0;
-  pid_t reaped = 0;
-  while ((reaped = waitpid(bench, &status, WNOHANG)) == 0 && absl::Now() - signalled < absl::Seconds(30)) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  bench.Signal(SIGINT);
+  absl::StatusOr<int> ended = bench.Wait(signalled + absl::Seconds(30));
   const absl::Duration took = absl::Now() - signalled;
-  if (reaped == 0) {
-    kill(bench, SIGKILL);
-    waitpid(bench, &status, 0);
-  }
+  const int status = ended.ok() ? *ended : bench.Stop(absl::ZeroDuration());
   const std::string err = ReadFile(dir / "stderr.txt");
   ASSERT_TRUE(WIFEXITED(status)) << err;
   EXPECT_EQ(WEXITSTATUS(status), 130) << err;
@@ -385,8 +376,10 @@ TEST(BenchCommandTest, UpdateDocWritesRepositoryDoc) {
   EXPECT_THAT(readme, Not(HasSubstr(dir.string())));
   const json report = json::parse(ReadFile(dir / "out" / "results.json"));
   for (const json& res : report["results"]) {
-    // Every row of the quick dcn run (groups of at most four rows).
-    const std::string row = absl::StrCat("| dcn | ", res["case"].get<std::string>(), " | ");
+    // Every row of the quick dcn run (groups of at most four rows), with
+    // its table: cases of two tables may share a name (matmul's).
+    const std::string row =
+        absl::StrCat("| dcn | ", res["group"].get<std::string>(), " | ", res["case"].get<std::string>(), " | ");
     EXPECT_THAT(readme, HasSubstr(row));
     EXPECT_THAT(readme, HasSubstr(absl::StrCat(res["baseline"].get<std::string>(), ": ")));
   }

@@ -3,7 +3,6 @@
 // with exit 2 and nothing on stdout; --trace FILE writes a trace.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,12 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "causeway/base/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/test_support.h"
-
-extern char** environ;
 
 namespace causeway {
 namespace {
@@ -91,6 +89,15 @@ TEST(CliTest, EveryCommandHasHelpAndRefusesABadFlag) {
     EXPECT_TRUE(bad.out.empty()) << bad.out;
     EXPECT_THAT(bad.err, StartsWith(absl::StrCat("causeway ", c, ": ")));
     EXPECT_THAT(bad.err, HasSubstr("no-such-flag"));
+    // Every command but run (one PROGRAM) and trace (a subcommand) takes
+    // no positional argument, and says so rather than ignoring it.
+    if (c == "run" || c == "trace") continue;
+    Result stray = RunCli({c, "stray"});
+    EXPECT_EQ(stray.exit_code, 2);
+    EXPECT_TRUE(stray.out.empty()) << stray.out;
+    EXPECT_THAT(stray.err, StartsWith(absl::StrCat("causeway ", c, ": unexpected argument 'stray' (")));
+    EXPECT_THAT(stray.err, HasSubstr(c == "launch" ? "flags for the islands go after --"
+                                                   : absl::StrCat("causeway ", c, " --help")));
   }
 }
 
@@ -236,29 +243,21 @@ TEST(CliTest, IslandWritesItsTraceWhenStopped) {
   const std::string path = ::testing::TempDir() + "/cli_test_island.json";
   std::remove(path.c_str());
   const std::string out_path = ::testing::TempDir() + "/cli_test_island.out";
-  std::vector<std::string> all = {::causeway::testing::CliPath(),
-                                  "island",
-                                  "--listen",
-                                  "127.0.0.1:0",
-                                  "--accelerators=1",
-                                  "--trace",
-                                  path};
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ASSERT_GT(pid, 0);
+  SpawnOptions options;
+  options.argv = {::causeway::testing::CliPath(),
+                  "island",
+                  "--listen",
+                  "127.0.0.1:0",
+                  "--accelerators=1",
+                  "--trace",
+                  path};
+  options.stdout_path = out_path;
+  ASSERT_OK_AND_ASSIGN(Subprocess island, Subprocess::Spawn(options));
   // Serving once it prints its address.
   for (int i = 0; i < 300 && !absl::StrContains(ReadFile(out_path), "island "); ++i) usleep(100'000);
   ASSERT_THAT(ReadFile(out_path), StartsWith("island "));
-  kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  island.Signal(SIGTERM);
+  ASSERT_OK_AND_ASSIGN(int status, island.Wait());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   json t = json::parse(ReadFile(path), nullptr, false);
   ASSERT_FALSE(t.is_discarded()) << "no trace at " << path;

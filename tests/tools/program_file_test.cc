@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "causeway/base/subprocess.h"
 #include "causeway/distributed/island_process.h"
 #include "causeway/runtime/accelerator.h"
 #include "causeway/scheduler/island.h"
@@ -786,9 +787,10 @@ TEST(RunCommandTest, FailsOnAMalformedFileAndOnBadUsage) {
 
   r = Cli("run", dir);
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("causeway run: expected one PROGRAM file"));
+  EXPECT_EQ(r.err, "causeway run: expected one PROGRAM file, got none (causeway run --help)\n");
   r = Cli("run a b", dir);
   EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("causeway run: expected one PROGRAM file, got 2"));
   r = Cli(absl::StrCat("run ", (dir / "bad.textproto").string(), " --runs 0"), dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--runs must be 1.."));
@@ -915,30 +917,24 @@ TEST(RunCommandTest, DeadlineEndsAKernelThatWouldRunForMinutes) {
 TEST(RunCommandTest, SigintEndsALongKernelWithin2s) {
   const fs::path dir = FreshDir("cli_sigint");
   WriteForeverProgram(dir);
-  int err[2];
-  ASSERT_EQ(pipe(err), 0);
-  const std::string command =
+  // Its stderr into the pipe, its stdout to nowhere.
+  SpawnOptions options;
+  options.argv = {
+      "sh", "-c",
       absl::StrCat("exec ", ::causeway::testing::CliPath(), " run ", (dir / "spin.textproto").string(),
-                   " --watchdog=300ms ", ::causeway::testing::DeviceFlag(), " >/dev/null");
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(err[1], 2);
-    close(err[0]);
-    close(err[1]);
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(err[1]);
+                   " --watchdog=300ms ", ::causeway::testing::DeviceFlag(), " 2>&1 >/dev/null")};
+  options.pipe_stdout = true;
+  ASSERT_OK_AND_ASSIGN(Subprocess run, Subprocess::Spawn(options));
+  const int err = run.stdout_fd();
   // Reads the child's stderr until `want` shows or `limit` passes.
   std::string text;
   auto read_until = [&](absl::string_view want, absl::Duration limit) {
     const absl::Time until = absl::Now() + limit;
     while (!absl::StrContains(text, want) && absl::Now() < until) {
-      pollfd pfd{err[0], POLLIN, 0};
+      pollfd pfd{err, POLLIN, 0};
       if (poll(&pfd, 1, 100) <= 0) continue;
       char buf[4096];
-      const ssize_t n = read(err[0], buf, sizeof(buf));
+      const ssize_t n = read(err, buf, sizeof(buf));
       if (n <= 0) break;
       text.append(buf, static_cast<size_t>(n));
     }
@@ -949,19 +945,11 @@ TEST(RunCommandTest, SigintEndsALongKernelWithin2s) {
       read_until("of program 'forever' for client 'client-0', in flight for", absl::Seconds(60));
   EXPECT_TRUE(stuck) << text;
   const absl::Time signalled = absl::Now();
-  kill(pid, SIGINT);
-  int status = 0;
-  pid_t reaped = 0;
-  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - signalled < absl::Seconds(30)) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  run.Signal(SIGINT);
+  absl::StatusOr<int> ended = run.Wait(signalled + absl::Seconds(30));
   const absl::Duration took = absl::Now() - signalled;
-  if (reaped == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
+  const int status = ended.ok() ? *ended : run.Stop(absl::ZeroDuration());
   read_until("\n\n", absl::Seconds(1));  // the rest, up to the pipe's end
-  close(err[0]);
   ASSERT_TRUE(WIFEXITED(status)) << text;
   EXPECT_EQ(WEXITSTATUS(status), 130) << text;
   EXPECT_THAT(text, HasSubstr("has finished nothing for"));

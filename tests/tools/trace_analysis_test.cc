@@ -629,7 +629,12 @@ TEST(TraceCommandTest, HelpAndErrors) {
 
   Cli no_file = RunCli("trace summarize 2>&1");
   EXPECT_EQ(no_file.exit_code, 2);
-  EXPECT_EQ(no_file.out, "causeway trace: no trace file named\n");
+  EXPECT_EQ(
+      no_file.out,
+      "causeway trace summarize: expected one trace file, got none (causeway trace summarize --help)\n");
+  Cli two_files = RunCli("trace check-order a.json b.json 2>&1");
+  EXPECT_EQ(two_files.exit_code, 2);
+  EXPECT_THAT(two_files.out, HasSubstr("causeway trace check-order: expected one trace file, got 2"));
   Cli unknown = RunCli("trace frobnicate 2>/dev/null");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_EQ(unknown.out, "");
