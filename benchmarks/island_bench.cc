@@ -24,13 +24,19 @@
 //              programs per second over a stream of runs.
 //
 // The cases alternate sample by sample; medians of `--samples` are printed,
-// and the ratios. Islands are `causeway island` processes on the CPU driver.
+// and the ratios. Islands are `causeway island` processes on the CPU driver,
+// driven through the client API (causeway/client/client.h), or running
+// islands given by --connect.
 //
-//   causeway_island_bench [--sizes=1,4,16,64,256] [--only=transfer|program] [--samples=9] [--quick]
-//                         [--json=FILE]
+//   causeway_island_bench [--sizes=1,4,16,64,256] [--only=transfer|program]
+//                         [--connect=A,B[,C]] [--secret-file=FILE] [--samples=9] [--quick] [--json=FILE]
 // --quick: 1 sample, 1 MiB, 32 MiB per transfer sample, 4 program runs per
-// sample (seconds, for tests); the common flags: bench_main.h. The islands are started from the causeway
-// binary this was built with, or $CAUSEWAY_CLI (as `causeway bench` sets it).
+// sample (seconds, for tests); the common flags: bench_main.h. The islands
+// are started from the causeway binary this was built with, or
+// $CAUSEWAY_CLI (as `causeway bench` sets it); with --connect, the transfer
+// runs from A to B and the program over A and B (two accelerators each)
+// against C (four), and without C the program table is not run. The
+// secret: --secret-file, else $CAUSEWAY_SECRET, else none (loopback).
 #include <signal.h>
 
 #include <algorithm>
@@ -52,33 +58,53 @@
 #include "benchmarks/bench_util.h"
 #include "benchmarks/tcp_baseline.h"
 #include "causeway/base/env.h"
-#include "causeway/distributed/controller.h"
+#include "causeway/client/remote_client.h"
 #include "causeway/distributed/island_process.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/scheduler/program_def.h"
 #include "causeway/scheduler/program_def.pb.h"
+#include "causeway/transport/auth.h"
 #include "causeway/transport/connection.h"
 
 namespace causeway::bench {
 namespace {
 
-using transport::Controller;
+using client::Array;
+using client::Client;
+using client::LoadedProgram;
+using client::Mesh;
 using transport::IslandProcess;
-using transport::RemoteArray;
-using transport::RemoteMesh;
-using transport::RemoteRun;
 
 // --- islands ---
 
 uint64_t transfer_sample_bytes = uint64_t{512} << 20;  // at least this much a transfer sample (--quick: 32 MiB)
 int program_runs = 24;                                 // runs a program sample (--quick: 4)
 
-std::unique_ptr<IslandProcess> Island(const std::string& name, int accelerators) {
-  const std::string cli = EnvString("CAUSEWAY_CLI");
-  return Must(IslandProcess::Start(!cli.empty() ? cli : CAUSEWAY_CLI, name,
-                                   {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
-              "start an island");
-}
+// Where the tables run: islands started here, or the running ones of
+// --connect.
+struct Islands {
+  std::vector<std::string> connect;
+  std::optional<transport::Secret> secret;
+  std::vector<std::unique_ptr<IslandProcess>> started;
+
+  // The address of island `index` of --connect, or of a new island process
+  // named `name` with `accelerators` accelerators.
+  std::string Get(size_t index, const std::string& name, int accelerators) {
+    if (!connect.empty()) return connect.at(index);
+    const std::string cli = EnvString("CAUSEWAY_CLI");
+    started.push_back(
+        Must(IslandProcess::Start(!cli.empty() ? cli : CAUSEWAY_CLI, name,
+                                  {"--device=cpu", absl::StrCat("--accelerators=", accelerators)}),
+             "start an island"));
+    return started.back()->address();
+  }
+  std::unique_ptr<Client> Connect(const std::vector<std::string>& addresses) const {
+    transport::ControllerOptions options;
+    options.name = "island_bench";
+    options.secret = secret;
+    return Must(client::RemoteClient::Connect(addresses, options), "connect");
+  }
+};
 
 void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape) {
   ParameterDef* p = def.add_parameters();
@@ -113,26 +139,26 @@ ProgramDef TransferDef(int64_t elements) {
 // Runs `program` `runs` times back to back, keeping at most `in_flight`
 // pending, run k on input set k of `rotation` (cycling); runs per second over
 // the timed ones.
-double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& program,
-              const std::vector<std::vector<RemoteArray>>& rotation, int runs, int in_flight = 4) {
+double Stream(Client& c, const std::shared_ptr<LoadedProgram>& program,
+              const std::vector<std::vector<Array>>& rotation, int runs, int in_flight = 4) {
   size_t next = 0;
-  auto one = [&](std::vector<RemoteRun>& pending) {
+  auto one = [&](std::vector<client::Run>& pending) {
     pending.push_back(Must(c.Execute(program, rotation[next]), "execute"));
     next = (next + 1) % rotation.size();
     if (static_cast<int>(pending.size()) > in_flight) {
       CheckOk(pending.front().done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
-      for (const RemoteArray& o : pending.front().outputs) (void)c.Release(o);
+      for (const Array& o : pending.front().outputs) (void)c.Release(o);
       pending.erase(pending.begin());
     }
   };
-  std::vector<RemoteRun> pending;
+  std::vector<client::Run> pending;
   one(pending);
   CheckOk(pending.back().done.AwaitStatus(absl::Now() + absl::Seconds(60)), "first run");
   absl::Time start = absl::Now();
   for (int i = 0; i < runs; ++i) one(pending);
-  for (RemoteRun& r : pending) {
+  for (client::Run& r : pending) {
     CheckOk(r.done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
-    for (const RemoteArray& o : r.outputs) (void)c.Release(o);
+    for (const Array& o : r.outputs) (void)c.Release(o);
   }
   return runs / absl::ToDoubleSeconds(absl::Now() - start);
 }
@@ -144,10 +170,10 @@ double Stream(Controller& c, const std::shared_ptr<transport::RemoteProgram>& pr
 constexpr int kTransferInFlight = 2;
 constexpr int kTransferDepth = kTransferInFlight + 1;
 
-void TransferBench(int samples, const std::vector<uint64_t>& sizes_mib, Report& report) {
-  auto a = Island("a", 1), b = Island("b", 1);
-  auto c = Must(Controller::Connect({a->address(), b->address()}), "connect");
-  RemoteMesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
+void TransferBench(Islands& islands, int samples, const std::vector<uint64_t>& sizes_mib, Report& report) {
+  const std::string a = islands.Get(0, "a", 1), b = islands.Get(1, "b", 1);
+  std::unique_ptr<Client> c = islands.Connect({a, b});
+  Mesh ma = Must(c->AllocateMesh(0, {1}), "mesh"), mb = Must(c->AllocateMesh(1, {1}), "mesh");
   const uint64_t largest = *std::max_element(sizes_mib.begin(), sizes_mib.end());
   auto tcp = TcpBaseline::Start(largest << 20);
   std::printf(
@@ -165,14 +191,14 @@ void TransferBench(int samples, const std::vector<uint64_t>& sizes_mib, Report& 
     // As many distinct inputs as the TCP baseline has source buffers, used
     // in turn, so that neither side resends bytes a cache still holds.
     const int count = SourceBuffers::CountFor(bytes);
-    std::vector<std::vector<RemoteArray>> inputs;
+    std::vector<std::vector<Array>> inputs;
     for (int k = 0; k < count; ++k) {
-      RemoteArray x = Must(c->CreateArray(ma, {elements}, DType::kF32), "array");
+      Array x = Must(c->CreateArray(ma, {elements}, DType::kF32), "array");
       std::vector<float> host = reference::RandomFloats(elements, mib * 100 + k);
       CheckOk(c->Upload(x, host.data(), bytes), "upload");
       // Check once that the bytes arrive intact.
       if (k == 0) {
-        RemoteRun run = Must(c->Execute(program, {x}), "execute");
+        client::Run run = Must(c->Execute(program, {x}), "execute");
         CheckOk(run.done.AwaitStatus(absl::Now() + absl::Seconds(60)), "run");
         std::vector<float> got(elements);
         CheckOk(c->Download(run.outputs[0], got.data(), bytes, absl::Now() + absl::Seconds(60)), "download");
@@ -236,17 +262,16 @@ ProgramDef PipelineDef(int stages, int n) {
   return def;
 }
 
-void ProgramBench(int samples, Report& report) {
+void ProgramBench(Islands& islands, int samples, Report& report) {
   constexpr int kStages = 4, kN = 256;
   const int kRuns = program_runs;
-  auto one = Island("one", 4);
-  auto a = Island("a", 2), b = Island("b", 2);
-  auto single = Must(Controller::Connect({one->address()}), "connect one");
-  auto pair = Must(Controller::Connect({a->address(), b->address()}), "connect two");
-  auto setup = [&](Controller& c, const std::vector<int>& island_of_stage) {
-    absl::flat_hash_map<std::string, RemoteMesh> meshes;
-    std::vector<RemoteArray> inputs;
-    std::vector<RemoteMesh> list;
+  const std::string a = islands.Get(0, "a", 2), b = islands.Get(1, "b", 2), one = islands.Get(2, "one", 4);
+  std::unique_ptr<Client> single = islands.Connect({one});
+  std::unique_ptr<Client> pair = islands.Connect({a, b});
+  auto setup = [&](Client& c, const std::vector<int>& island_of_stage) {
+    absl::flat_hash_map<std::string, Mesh> meshes;
+    std::vector<Array> inputs;
+    std::vector<Mesh> list;
     for (int s = 0; s < kStages; ++s) {
       list.push_back(Must(c.AllocateMesh(island_of_stage[s], {1}), "mesh"));
       meshes[absl::StrCat("s", s)] = list.back();
@@ -254,7 +279,7 @@ void ProgramBench(int samples, Report& report) {
     auto program = Must(c.Load(PipelineDef(kStages, kN), meshes), "load");
     std::vector<float> host = reference::RandomFloats(kN * kN, 3, -0.1f, 0.1f);
     for (int i = 0; i <= kStages; ++i) {
-      RemoteArray arr = Must(c.CreateArray(list[i == 0 ? 0 : i - 1], {kN, kN}, DType::kF32), "array");
+      Array arr = Must(c.CreateArray(list[i == 0 ? 0 : i - 1], {kN, kN}, DType::kF32), "array");
       CheckOk(c.Upload(arr, host.data(), host.size() * 4), "upload");
       inputs.push_back(arr);
     }
@@ -293,14 +318,45 @@ int main(int argc, char** argv) {
     transfer_sample_bytes = uint64_t{32} << 20;
     program_runs = 4;
   }
-  std::string only;
+  std::string only, secret_file;
+  Islands islands;
   BenchFlags flags;
   flags.Sizes("sizes", &sizes, 1, 1024, "transfer sizes in MiB")
-      .Choice("only", &only, {"transfer", "program"}, "run only this table (default: both)");
+      .Choice("only", &only, {"transfer", "program"}, "run only this table (default: both)")
+      .Text(
+          "connect", "A,B[,C]",
+          [&islands](absl::string_view list) {
+            islands.connect = absl::StrSplit(list, ',', absl::SkipWhitespace());
+            if (islands.connect.size() < 2 || islands.connect.size() > 3) {
+              return std::string("takes two or three HOST:PORT, comma-separated");
+            }
+            return std::string();
+          },
+          "run on these running islands (causeway island) instead of starting them")
+      .Text(
+          "secret-file", "FILE",
+          [&secret_file](absl::string_view path) {
+            secret_file = std::string(path);
+            return path.empty() ? std::string("takes a file name") : std::string();
+          },
+          "the islands' shared secret (else $CAUSEWAY_SECRET)");
   flags.Parse(argc, argv);
+  if (!secret_file.empty()) {
+    islands.secret = Must(causeway::transport::Secret::FromFile(secret_file), "--secret-file");
+  } else if (absl::StatusOr<causeway::transport::Secret> env = causeway::transport::Secret::FromEnvironment();
+             env.ok()) {
+    islands.secret = *std::move(env);
+  } else if (!absl::IsNotFound(env.status())) {
+    CheckOk(env.status(), "CAUSEWAY_SECRET");
+  }
+  const bool program_table = islands.connect.empty() || islands.connect.size() == 3;
+  if (only == "program" && !program_table) Die("--only=program with --connect needs three islands (A,B,C)");
   Report report("island");
-  if (only.empty() || only == "transfer") TransferBench(samples, sizes, report);
-  if (only.empty() || only == "program") ProgramBench(samples, report);
+  if (only.empty() || only == "transfer") TransferBench(islands, samples, sizes, report);
+  if ((only.empty() && program_table) || only == "program") ProgramBench(islands, samples, report);
+  if (only.empty() && !program_table) {
+    std::printf("program: not run (--connect names two islands; a third, of four accelerators, runs it)\n");
+  }
   report.WriteOrDie(common.json);
   return 0;
 }

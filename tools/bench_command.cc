@@ -84,6 +84,8 @@ struct Suite {
   const char* name;
   const char* binary;
   const char* what;  // one line, for --list and BENCHMARKS.md
+  // Runs on running islands with --connect (and --secret-file).
+  bool connects = false;
 };
 
 const Suite kSuites[] = {
@@ -94,7 +96,7 @@ const Suite kSuites[] = {
      "copies between accelerators against memcpy; all-reduce bus bandwidth against the copy"},
     {"dcn", "causeway_dcn_bench", "transfers between two processes against plain TCP"},
     {"island", "causeway_island_bench",
-     "island processes: transfers against plain TCP; a program over two islands against one"},
+     "island processes: transfers against plain TCP; a program over two islands against one", true},
     {"matmul", "causeway_matmul_bench", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
     {"models", "causeway_models_bench",
      "the language model's training tokens/s: SPMD against GPipe pipelines and two islands (Pathways' Table "
@@ -930,12 +932,17 @@ int BenchCommand(const std::vector<std::string>& args) {
       {"repo", "the repository --update-doc writes", SourceDirectory()},
       {"list", "list the suites and where their binaries are, then exit", "", true},
       {"deadline", "the most each suite may take (e.g. 20m): past it, it is stopped and reported failed", ""},
+      {"connect",
+       "run the island suite on these running islands (causeway island): A,B for its transfer, A,B,C for its "
+       "program too (C of four accelerators, A and B of two) instead of starting them",
+       ""},
+      {"secret-file", "the --connect islands' shared secret (or CAUSEWAY_SECRET)", ""},
   });
   if (auto done = StartCommand(
           "bench",
           absl::StrCat(
               "usage: causeway bench [--only SUITE,...] [--quick] [--samples N] [--out DIR] "
-              "[--update-doc]\n\n"
+              "[--update-doc] [--connect A,B[,C]]\n\n"
               "Runs the benchmark suites (each a benchmark binary, as a child process), each comparing "
               "Causeway\n"
               "against a baseline measured in the same run, and writes DIR/results.json, results.csv, SVG "
@@ -968,6 +975,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     if (!d.ok()) return Fail(std::string(d.status().message()), 2);
     deadline = *d;
   }
+  if (flags.Has("connect") &&
+      std::none_of(selected.begin(), selected.end(), [](const Suite* s) { return s->connects; })) {
+    return Fail("--connect is for the island suite, which --only leaves out", 2);
+  }
+  if (flags.Has("secret-file") && !flags.Has("connect")) return Fail("--secret-file is for --connect", 2);
   int64_t samples = 0;  // 0 = each suite's own
   if (flags.Has("samples")) {
     auto n = flags.Int("samples");
@@ -1041,6 +1053,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     std::vector<std::string> suite_args;
     if (flags.Bool("quick")) suite_args.push_back("--quick");
     if (samples > 0) suite_args.push_back(absl::StrCat("--samples=", samples));
+    if (suite.connects && flags.Has("connect")) {
+      suite_args.push_back(absl::StrCat("--connect=", flags.Get("connect")));
+      if (flags.Has("secret-file"))
+        suite_args.push_back(absl::StrCat("--secret-file=", flags.Get("secret-file")));
+    }
     SuiteRun run;
     if (binaries[&suite].empty()) {
       run = {&suite, "", suite_args};

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "benchmarks/bench_report.h"
 #include "causeway/base/subprocess.h"
+#include "causeway/distributed/island_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
@@ -452,7 +453,53 @@ TEST(BenchCommandTest, QuickEverySuite) {
     }
   }
 }
+
+// Tests that --connect runs the island suite on running islands, started
+// here as `causeway island` processes, and only them: with two, the
+// transfer table between them (checked once, exactly, by the suite) and a
+// note that the program table needs a third; with three, both tables.
+TEST(BenchCommandTest, ConnectRunsTheIslandSuiteOnRunningIslands) {
+  fs::path dir = FreshDir("connect");
+  const std::vector<std::string> flags = {::causeway::testing::DeviceFlag(), "--accelerators=2"};
+  ASSERT_OK_AND_ASSIGN(auto a, transport::IslandProcess::Start(Cli(), "bench-a", flags));
+  ASSERT_OK_AND_ASSIGN(auto b, transport::IslandProcess::Start(Cli(), "bench-b", flags));
+  Ran two = RunShell(absl::StrCat(Cli(), " bench --quick --only island --connect ", a->address(), ",",
+                                  b->address(), " --out ", (dir / "two").string()),
+                     dir);
+  ASSERT_EQ(two.code, 0) << two.err;
+  const json report = json::parse(ReadFile(dir / "two" / "results.json"));
+  ASSERT_EQ(report["results"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["results"][0]["case"], "island transfer 1 MiB");
+  EXPECT_THAT(report["suites"][0]["args"].dump(), HasSubstr(absl::StrCat("--connect=", a->address())));
+  EXPECT_THAT(ReadFile(dir / "two" / "raw" / "island.txt"), HasSubstr("program: not run"));
+
+  ASSERT_OK_AND_ASSIGN(
+      auto c, transport::IslandProcess::Start(Cli(), "bench-c",
+                                              {::causeway::testing::DeviceFlag(), "--accelerators=4"}));
+  Ran three = RunShell(absl::StrCat(Cli(), " bench --quick --only island --connect ", a->address(), ",",
+                                    b->address(), ",", c->address(), " --out ", (dir / "three").string()),
+                       dir);
+  ASSERT_EQ(three.code, 0) << three.err;
+  EXPECT_EQ(json::parse(ReadFile(dir / "three" / "results.json"))["results"].size(), 2u);
+  // The islands served it all: none ended.
+  for (auto* island : {a.get(), b.get(), c.get()}) EXPECT_EQ(kill(island->pid(), 0), 0) << island->name();
+}
 #endif  // CAUSEWAY_BENCHMARKS_BUILT
+
+// Tests that --connect is refused where no selected suite runs on islands,
+// and --secret-file without it.
+TEST(BenchCommandTest, ConnectIsForTheIslandSuite) {
+  fs::path dir = FreshDir("connect-usage");
+  Ran r = RunShell(absl::StrCat(Cli(), " bench --only dcn --connect 127.0.0.1:1,127.0.0.1:2 --out ",
+                                (dir / "out").string()),
+                   dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("causeway bench: --connect is for the island suite, which --only leaves out"));
+  r = RunShell(absl::StrCat(Cli(), " bench --secret-file /nonexistent --out ", (dir / "out").string()), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("causeway bench: --secret-file is for --connect"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "results.json"));
+}
 
 }  // namespace
 #ifndef CAUSEWAY_BENCHMARKS_BUILT
