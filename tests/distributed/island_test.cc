@@ -55,7 +55,9 @@
 namespace causeway::transport {
 namespace {
 
+using ::causeway::testing::AddAllReduce;
 using ::causeway::testing::AddCall;
+using ::causeway::testing::AddMesh;
 using ::causeway::testing::AddParameter;
 using ::causeway::testing::AwaitEntries;
 using ::causeway::testing::CountEntries;
@@ -96,11 +98,7 @@ constexpr int kRows = 64, kCols = 64;
 ProgramDef PipelineDef() {
   ProgramDef def;
   def.set_name("pipeline");
-  for (const char* name : {"a", "b"}) {
-    MeshDef* m = def.add_meshes();
-    m->set_name(name);
-    m->add_dims(2);
-  }
+  for (const char* name : {"a", "b"}) AddMesh(def, name, {2});
   *def.add_functions() = ElementwiseDef("add-half", "add", {kRows / 2, kCols});
   *def.add_functions() = ScaleDef("half", {kRows / 2, kCols}, 0.5f);
   *def.add_functions() = MatmulDef("mm", kRows, kCols, kCols);
@@ -648,9 +646,7 @@ absl::StatusOr<Spinner> LoadSpinner(Controller& c, const RemoteMesh& mesh, absl:
 ProgramDef AddDef(const std::string& name, int n) {
   ProgramDef def;
   def.set_name(name);
-  MeshDef* m = def.add_meshes();
-  m->set_name("m");
-  m->add_dims(1);
+  AddMesh(def, "m", {1});
   *def.add_functions() = ElementwiseDef("add", "add", {n});
   AddParameter(def, "x", "m", {n}, Sharding::Replicated());
   AddParameter(def, "b", "m", {n}, Sharding::Replicated());
@@ -1001,9 +997,7 @@ TEST(IslandServerTest, KilledIslandFailsRunsWithinTheDeadline) {
   // Island a still works: a program on it alone.
   ProgramDef local;
   local.set_name("local");
-  MeshDef* m = local.add_meshes();
-  m->set_name("a");
-  m->add_dims(2);
+  AddMesh(local, "a", {2});
   *local.add_functions() = ScaleDef("half", {kRows / 2, kCols}, 0.5f);
   AddParameter(local, "x", "a", {kRows, kCols}, Sharding::Split(0));
   AddCall(local, "halve", "half", "a", {"x"}, {"h"});
@@ -1086,23 +1080,13 @@ TEST(IslandServerTest, DataParallelAcrossIslands) {
   ASSERT_OK_AND_ASSIGN(RemoteMesh mb, c->AllocateMesh(1, {2}));
   ProgramDef def;
   def.set_name("data-parallel");
-  for (const char* name : {"a", "b"}) {
-    MeshDef* m = def.add_meshes();
-    m->set_name(name);
-    m->add_dims(2);
-  }
+  for (const char* name : {"a", "b"}) AddMesh(def, name, {2});
   *def.add_functions() = ElementwiseDef("add", "add", {kN / 2});
   AddParameter(def, "ga", "a", {kN}, Sharding::Split(0));
   AddParameter(def, "gb", "b", {kN}, Sharding::Split(0));
   for (const char* side : {"a", "b"}) {
-    NodeDef* n = def.add_nodes();
-    n->set_name(absl::StrCat("allreduce-", side));
-    CollectiveDef* col = n->mutable_collective();
-    col->set_kind(CollectiveDef::ALL_REDUCE);
-    col->set_mesh(side);
-    col->set_input(absl::StrCat("g", side));
-    col->set_output(absl::StrCat("r", side));
-    col->set_op(CollectiveDef::SUM);
+    AddAllReduce(def, absl::StrCat("allreduce-", side), side, absl::StrCat("g", side),
+                 absl::StrCat("r", side));
   }
   AddCall(def, "total-a", "add", "a", {"ra", "rb"}, {"ta"});
   AddCall(def, "total-b", "add", "b", {"rb", "ra"}, {"tb"});
@@ -1247,9 +1231,7 @@ TEST(IslandServerTest, ControllerReconnectsAndLeaksNothing) {
     ASSERT_OK_AND_ASSIGN(RemoteMesh m, c->AllocateMesh(0, {1}));
     ProgramDef def;
     def.set_name("scale");
-    MeshDef* md = def.add_meshes();
-    md->set_name("m");
-    md->add_dims(1);
+    AddMesh(def, "m", {1});
     *def.add_functions() = ScaleDef("twice", {256}, 2.0f);
     AddParameter(def, "x", "m", {256}, Sharding::Replicated());
     AddCall(def, "scale", "twice", "m", {"x"}, {"y"});
@@ -1804,8 +1786,7 @@ TEST(IslandServerTest, OneTenantIsServedWhileAnotherSendsEveryHostileInput) {
                          CompileGlsl("peek", ::causeway::testing::kPointerKernelGlsl));
     ProgramDef def;
     def.set_name("peek");
-    def.add_meshes()->set_name("m");
-    def.mutable_meshes(0)->add_dims(1);
+    AddMesh(def, "m", {1});
     FunctionDef* f = def.add_functions();
     f->set_name("peek");
     f->mutable_custom()->add_outputs()->add_shape(4);

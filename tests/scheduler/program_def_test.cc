@@ -33,6 +33,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/testing/pipeline_program.h"
+#include "tests/testing/program_defs.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -68,47 +69,16 @@ std::string BuiltinSpirvBytes(const char* name) {
 //   out = v + 3 v      repeated_add x3 on b
 // Outputs out [4, 16] and t_full [8, 16].
 
-void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh, const Shape& shape,
-                  Sharding sharding) {
-  ParameterDef* p = def.add_parameters();
-  p->set_value(value);
-  p->set_mesh(mesh);
-  p->mutable_shape()->Add(shape.begin(), shape.end());
-  if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
-}
-
-NodeDef* AddCall(ProgramDef& def, const std::string& node, const std::string& function,
-                 const std::string& mesh, std::vector<std::string> inputs, std::vector<std::string> outputs) {
-  NodeDef* n = def.add_nodes();
-  n->set_name(node);
-  CallDef* c = n->mutable_call();
-  c->set_function(function);
-  c->set_mesh(mesh);
-  for (auto& in : inputs) c->add_inputs(in);
-  for (auto& out : outputs) c->add_outputs(out);
-  return n;
-}
-
-NodeDef* AddReshard(ProgramDef& def, const std::string& node, const std::string& mesh,
-                    const std::string& input, const std::string& output, Sharding sharding) {
-  NodeDef* n = def.add_nodes();
-  n->set_name(node);
-  ReshardDef* r = n->mutable_reshard();
-  r->set_mesh(mesh);
-  r->set_input(input);
-  r->set_output(output);
-  *r->mutable_sharding() = ToDef(sharding);
-  return n;
-}
+using ::causeway::testing::AddAllReduce;
+using ::causeway::testing::AddCall;
+using ::causeway::testing::AddMesh;
+using ::causeway::testing::AddParameter;
+using ::causeway::testing::AddReshard;
 
 ProgramDef PipelineDef() {
   ProgramDef def;
   def.set_name("pipeline");
-  for (const char* name : {"a", "b"}) {
-    MeshDef* m = def.add_meshes();
-    m->set_name(name);
-    m->add_dims(2);
-  }
+  for (const char* name : {"a", "b"}) AddMesh(def, name, {2});
   *def.add_functions() = ElementwiseDef("add", "add", {4, 16});
   *def.add_functions() = ScaleDef("half", {4, 16}, 0.5f);
   *def.add_functions() = MatmulDef("mm", 8, 16, 16);
@@ -121,14 +91,7 @@ ProgramDef PipelineDef() {
   AddReshard(def, "gather", "a", "t", "t_full", Sharding::Replicated());
   AddCall(def, "matmul", "mm", "b", {"t_full", "w"}, {"u"});
   AddReshard(def, "split", "b", "u", "u_split", Sharding::Split(0));
-  NodeDef* ar = def.add_nodes();
-  ar->set_name("allreduce");
-  CollectiveDef* c = ar->mutable_collective();
-  c->set_kind(CollectiveDef::ALL_REDUCE);
-  c->set_mesh("b");
-  c->set_input("u_split");
-  c->set_output("v");
-  c->set_op(CollectiveDef::SUM);
+  AddAllReduce(def, "allreduce", "b", "u_split", "v");
   AddCall(def, "accumulate", "acc3", "b", {"v", "v"}, {"out"});
   def.add_outputs("out");
   def.add_outputs("t_full");
@@ -189,9 +152,7 @@ HostValues PipelineReference(const HostValues& in) {
 ProgramDef CustomDef() {
   ProgramDef def;
   def.set_name("custom");
-  MeshDef* m = def.add_meshes();
-  m->set_name("a");
-  m->add_dims(2);
+  AddMesh(def, "a", {2});
   CountParams count{256};
   const std::string push = Bytes(&count, sizeof(count));
 
@@ -680,13 +641,7 @@ TEST_F(ProgramDefTest, InvalidDefsNameTheOffender) {
       {"unknown mesh",
        [](ProgramDef& d) { d.mutable_parameters(0)->set_mesh("c"); },
        {"parameter 'x'", "unknown mesh 'c'"}},
-      {"unbound mesh",
-       [](ProgramDef& d) {
-         MeshDef* m = d.add_meshes();
-         m->set_name("c");
-         m->add_dims(2);
-       },
-       {"mesh 'c' is not bound", "'a', 'b'"}},
+      {"unbound mesh", [](ProgramDef& d) { AddMesh(d, "c", {2}); }, {"mesh 'c' is not bound", "'a', 'b'"}},
       {"mesh dims",
        [](ProgramDef& d) { d.mutable_meshes(1)->set_dims(0, 4); },
        {"mesh 'b' has dims [4]", "dims [2]"}},

@@ -43,26 +43,11 @@ using HostValues = std::map<std::string, std::vector<float>>;
 
 // --- building defs ---------------------------------------------------------------------
 
-void AddMesh(ProgramDef& def, const std::string& name, const std::string& island, std::vector<int> dims) {
-  MeshDef* m = def.add_meshes();
-  m->set_name(name);
-  m->set_island(island);
-  for (int d : dims) m->add_dims(d);
-}
-
+using ::causeway::testing::AddAllReduce;
 using ::causeway::testing::AddCall;
+using ::causeway::testing::AddMesh;
 using ::causeway::testing::AddParameter;
-
-void AddAllReduce(ProgramDef& def, const std::string& node, const std::string& mesh, const std::string& input,
-                  const std::string& output) {
-  NodeDef* n = def.add_nodes();
-  n->set_name(node);
-  CollectiveDef* c = n->mutable_collective();
-  c->set_kind(CollectiveDef::ALL_REDUCE);
-  c->set_mesh(mesh);
-  c->set_input(input);
-  c->set_output(output);
-}
+using ::causeway::testing::AddReshard;
 
 std::vector<std::string> NodeNames(const ProgramDef& def) {
   std::vector<std::string> out;
@@ -241,8 +226,8 @@ void ExpectBitIdentical(const std::vector<HostValues>& got, const std::vector<Ho
 ProgramDef PipelineDef() {
   ProgramDef def;
   def.set_name("pipeline");
-  AddMesh(def, "ma", "a", {2});
-  AddMesh(def, "mb", "b", {2});
+  AddMesh(def, "ma", {2}, "a");
+  AddMesh(def, "mb", {2}, "b");
   *def.add_functions() = MatmulDef("mm", 8, 16, 16);
   *def.add_functions() = ElementwiseDef("add", "add", {8, 16});
   *def.add_functions() = ScaleDef("double", {8, 16}, 2.0f);
@@ -326,8 +311,8 @@ TEST(SplitTest, DataParallelBothWaysEqualsCpu) {
   constexpr int64_t kShard = 2048;
   ProgramDef def;
   def.set_name("data-parallel");
-  AddMesh(def, "ga", "a", {2});
-  AddMesh(def, "gb", "b", {2});
+  AddMesh(def, "ga", {2}, "a");
+  AddMesh(def, "gb", {2}, "b");
   *def.add_functions() = ElementwiseDef("add", "add", {kShard});
   // Each device holds its own gradient: a shard of [2 * kShard].
   AddParameter(def, "grad_a", "ga", {2 * kShard}, Sharding::Split(0));
@@ -382,8 +367,8 @@ TEST(SplitTest, ControllersQueuedInOppositeOrdersOnTwoIslandsDoNotDeadlock) {
   constexpr int64_t kShard = 1024;
   ProgramDef def;
   def.set_name("data-parallel");
-  AddMesh(def, "ga", "a", {2});
-  AddMesh(def, "gb", "b", {2});
+  AddMesh(def, "ga", {2}, "a");
+  AddMesh(def, "gb", {2}, "b");
   *def.add_functions() = ElementwiseDef("add", "add", {kShard});
   AddParameter(def, "grad_a", "ga", {2 * kShard}, Sharding::Split(0));
   AddParameter(def, "grad_b", "gb", {2 * kShard}, Sharding::Split(0));
@@ -468,8 +453,8 @@ TEST(SplitTest, ControllersQueuedInOppositeOrdersOnTwoIslandsDoNotDeadlock) {
 TEST(SplitTest, ReshardsBeforeSendingAndAfterReceiving) {
   ProgramDef def;
   def.set_name("layouts");
-  AddMesh(def, "ma", "a", {2});
-  AddMesh(def, "mb", "b", {2});
+  AddMesh(def, "ma", {2}, "a");
+  AddMesh(def, "mb", {2}, "b");
   *def.add_functions() = ScaleDef("triple_cols", {6, 4}, 3.0f);  // wants x split(1) on mb
   *def.add_functions() = ScaleDef("halve", {3, 8}, 0.5f);        // wants u whole
   AddParameter(def, "x", "ma", {6, 8}, Sharding::Split(1));
@@ -544,19 +529,13 @@ TEST(SplitTest, ReshardsBeforeSendingAndAfterReceiving) {
 TEST(SplitTest, ReshardAcrossIslandsIsTheReceive) {
   ProgramDef def;
   def.set_name("move");
-  AddMesh(def, "a", "a", {2});
-  AddMesh(def, "b", "b", {3});
+  AddMesh(def, "a", {2}, "a");
+  AddMesh(def, "b", {3}, "b");
   AddParameter(def, "x", "a", {12, 6}, Sharding::Split(0));
   for (auto [name, sharding] : {std::pair<std::string, Sharding>{"rows", Sharding::Split(0)},
                                 std::pair<std::string, Sharding>{"all", Sharding::Replicated()},
                                 std::pair<std::string, Sharding>{"cols", Sharding::Split(1)}}) {
-    NodeDef* n = def.add_nodes();
-    n->set_name("move-" + name);
-    ReshardDef* r = n->mutable_reshard();
-    r->set_mesh("b");
-    r->set_input("x");
-    r->set_output(name);
-    *r->mutable_sharding() = ToDef(sharding);
+    AddReshard(def, "move-" + name, "b", "x", name, sharding);
     def.add_outputs(name);
   }
   ASSERT_OK_AND_ASSIGN(SplitProgram split, SplitByIsland(def, 1));
@@ -595,8 +574,8 @@ TEST(SplitTest, PartsFollowTheGlobalOrder) {
   constexpr int64_t n = 1024;
   ProgramDef def;
   def.set_name("crossing");
-  AddMesh(def, "ma", "a", {1});
-  AddMesh(def, "mb", "b", {1});
+  AddMesh(def, "ma", {1}, "a");
+  AddMesh(def, "mb", {1}, "b");
   *def.add_functions() = ElementwiseDef("add", "add", {n});
   *def.add_functions() = ScaleDef("double", {n}, 2.0f);
   *def.add_functions() = ScaleDef("triple", {n}, 3.0f);
@@ -680,7 +659,7 @@ TEST(SplitTest, RefusesMalformedDefs) {
   }
   {
     ProgramDef def = PipelineDef();
-    AddMesh(def, "mc", "", {1});
+    AddMesh(def, "mc", {1}, "");
     EXPECT_ERROR(SplitByIsland(def, 1).status(), absl::StatusCode::kInvalidArgument,
                  "islands 'a', 'b', but mesh 'mc' names no island");
   }
@@ -694,7 +673,7 @@ TEST(SplitTest, RefusesMalformedDefs) {
   }
   {
     ProgramDef def = PipelineDef();
-    AddMesh(def, "mc", "c", {1});
+    AddMesh(def, "mc", {1}, "c");
     *def.add_functions() = ScaleDef("one", {4}, 1.0f);
     AddParameter(def, "lonely", "mc", {4});
     AddCall(def, "idle", "one", "mc", {"lonely"}, {"nobody"});
@@ -722,7 +701,7 @@ TEST(SplitTest, RefusesMalformedDefs) {
 // and every split has a part per island it uses and matching channel ends.
 TEST(SplitTest, MutatedDefsNeverCrash) {
   ProgramDef base = PipelineDef();
-  AddMesh(base, "mc", "c", {2});
+  AddMesh(base, "mc", {2}, "c");
   AddCall(base, "stage3", "add", "mc", {"z", "h"}, {"z3"});
   base.add_outputs("z3");
   const std::string bytes = base.SerializeAsString();

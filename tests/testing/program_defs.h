@@ -1,5 +1,7 @@
-// ProgramDefs built in C++ for tests: a parameter, a call, and the spinner
-// (a kernel that runs about as long as asked, for deadlines and cancels).
+// ProgramDefs built in C++ for tests, a part at a time (meshes, parameters,
+// calls, reshards, all-reduces: defs a test may then break on purpose,
+// where ProgramDefBuilder would refuse), and the spinner (a kernel that
+// runs about as long as asked, for deadlines and cancels).
 #ifndef CAUSEWAY_TESTS_TESTING_PROGRAM_DEFS_H_
 #define CAUSEWAY_TESTS_TESTING_PROGRAM_DEFS_H_
 
@@ -15,25 +17,62 @@
 
 namespace causeway::testing {
 
-inline void AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh,
-                         const Shape& shape, Sharding sharding = Sharding::Replicated()) {
+inline MeshDef* AddMesh(ProgramDef& def, const std::string& name, const std::vector<int>& dims,
+                        const std::string& island = "") {
+  MeshDef* m = def.add_meshes();
+  m->set_name(name);
+  m->mutable_dims()->Add(dims.begin(), dims.end());
+  if (!island.empty()) m->set_island(island);
+  return m;
+}
+
+inline ParameterDef* AddParameter(ProgramDef& def, const std::string& value, const std::string& mesh,
+                                  const Shape& shape, Sharding sharding = Sharding::Replicated()) {
   ParameterDef* p = def.add_parameters();
   p->set_value(value);
   p->set_mesh(mesh);
   p->mutable_shape()->Add(shape.begin(), shape.end());
   if (!sharding.replicated()) *p->mutable_sharding() = ToDef(sharding);
+  return p;
 }
 
-inline void AddCall(ProgramDef& def, const std::string& node, const std::string& function,
-                    const std::string& mesh, std::vector<std::string> inputs,
-                    std::vector<std::string> outputs) {
+inline NodeDef* AddCall(ProgramDef& def, const std::string& node, const std::string& function,
+                        const std::string& mesh, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs) {
   NodeDef* n = def.add_nodes();
   n->set_name(node);
   CallDef* c = n->mutable_call();
   c->set_function(function);
   c->set_mesh(mesh);
-  for (auto& in : inputs) c->add_inputs(in);
-  for (auto& out : outputs) c->add_outputs(out);
+  for (const std::string& in : inputs) c->add_inputs(in);
+  for (const std::string& out : outputs) c->add_outputs(out);
+  return n;
+}
+
+inline NodeDef* AddReshard(ProgramDef& def, const std::string& node, const std::string& mesh,
+                           const std::string& input, const std::string& output, Sharding sharding) {
+  NodeDef* n = def.add_nodes();
+  n->set_name(node);
+  ReshardDef* r = n->mutable_reshard();
+  r->set_mesh(mesh);
+  r->set_input(input);
+  r->set_output(output);
+  *r->mutable_sharding() = ToDef(sharding);
+  return n;
+}
+
+inline NodeDef* AddAllReduce(ProgramDef& def, const std::string& node, const std::string& mesh,
+                             const std::string& input, const std::string& output,
+                             CollectiveDef::ReduceOp op = CollectiveDef::SUM) {
+  NodeDef* n = def.add_nodes();
+  n->set_name(node);
+  CollectiveDef* c = n->mutable_collective();
+  c->set_kind(CollectiveDef::ALL_REDUCE);
+  c->set_mesh(mesh);
+  c->set_input(input);
+  c->set_output(output);
+  c->set_op(op);
+  return n;
 }
 
 // The spin kernel (test_support.h) as the program "spinner" on a mesh "m"
@@ -50,9 +89,7 @@ inline ProgramDef SpinnerDef(uint32_t groups, absl::Duration length) {
   auto fn = ValueOrThrow(Function::Create("spin", {{{1}, DType::kI32}}, {{{65}, DType::kI32}}, {}, {step}));
   ProgramDef def;
   def.set_name("spinner");
-  MeshDef* m = def.add_meshes();
-  m->set_name("m");
-  m->add_dims(1);
+  AddMesh(def, "m", {1});
   *def.add_functions() = ValueOrThrow(ToDef(*fn, "spin"));
   AddParameter(def, "x", "m", {1}, Sharding::Replicated());
   def.mutable_parameters(0)->set_dtype(I32);
