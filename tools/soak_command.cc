@@ -2,7 +2,10 @@
 // time while the islands are killed (SIGKILL) and started again at random;
 // checks that the clients recover, that every result is right, that every
 // future resolves, and that this process's memory and descriptors stay flat.
-// Not a measure of speed: the figures it prints are counts.
+// The clients speak the client API (causeway/client/client.h), so the same
+// soak runs on an island in this process (--local) or on running islands
+// (--connect), without kills. Not a measure of speed: the figures it prints
+// are counts.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -28,12 +32,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "causeway/base/status.h"
 #include "causeway/base/trace.h"
-#include "causeway/distributed/controller.h"
+#include "causeway/client/local_client.h"
+#include "causeway/client/remote_client.h"
 #include "causeway/distributed/island_process.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/scheduler/program_def.h"
@@ -44,16 +50,12 @@
 namespace causeway::cli {
 namespace {
 
-using ::causeway::transport::Controller;
 using ::causeway::transport::ControllerOptions;
 using ::causeway::transport::IslandProcess;
-using ::causeway::transport::RemoteArray;
-using ::causeway::transport::RemoteMesh;
-using ::causeway::transport::RemoteProgram;
-using ::causeway::transport::RemoteRun;
 
 constexpr char kUsage[] =
-    "usage: causeway soak [--duration=10m] [--clients=4] [--kill-min=5s] [--kill-max=20s] [flags]\n"
+    "usage: causeway soak [--duration=10m] [--clients=4] [--kill-min=5s] [--kill-max=20s]\n"
+    "                     [--local | --connect A,B [--secret-file FILE]] [flags]\n"
     "\n"
     "Starts two island processes and --clients clients (threads, each its own\n"
     "controller) that run a program spanning both islands, values crossing between\n"
@@ -61,6 +63,10 @@ constexpr char kUsage[] =
     "island (SIGKILL) at random times and starts it again; clients whose runs fail\n"
     "reconnect to the islands as they are now and go on. No island is killed in the\n"
     "last --settle of the run, so that the end shows whether the clients recovered.\n"
+    "With --local the clients are tenants of one island in this process (the\n"
+    "program's two meshes on it); with --connect they run on two running islands\n"
+    "(causeway island). Neither kills anything: they soak the client, the island\n"
+    "and the transport alone.\n"
     "\n"
     "Prints a progress line every --report-every, then a report: programs run, errors\n"
     "by code, kills and restarts, futures left unresolved, and this process's (and\n"
@@ -69,8 +75,9 @@ constexpr char kUsage[] =
     "be started again, or this process's descriptors or memory grew after the warm-up\n"
     "(the first quarter).\n"
     "\n"
-    "The runtime flags (--device, --validation, ...) go to the islands; --accelerators\n"
-    "is per island (default 2: the program's meshes are two accelerators on each).\n"
+    "The runtime flags (--device, --validation, ...) go to the islands (with --local,\n"
+    "to this process's; not with --connect); --accelerators is per island (default 2:\n"
+    "the program's meshes are two accelerators each).\n"
     "Durations are written 30s, 10m, 1h30m.\n\n";
 
 // What the flat check allows after the warm-up.
@@ -285,8 +292,16 @@ struct ClientConfig {
   // The deadline of each wait: a run's completion, a download, the islands
   // coming back.
   absl::Duration timeout = absl::Seconds(30);
-  // Each run's deadline on the islands (RemoteExecuteOptions::deadline).
+  // Each run's deadline on the islands (client::ExecuteOptions::deadline).
   absl::Duration run_deadline = absl::InfiniteDuration();
+};
+
+// A new client for soak client `index` (its own controller of the islands,
+// or its own tenant of the island in this process), and the islands of its
+// meshes a and b.
+struct ClientSource {
+  std::function<absl::StatusOr<std::unique_ptr<client::Client>>(int index)> connect;
+  int island_a = 0, island_b = 1;
 };
 
 // One client: its own controller over both islands, runs in flight, each
@@ -295,8 +310,8 @@ struct ClientConfig {
 // islands as the directory has them. Runs on a thread of its own.
 class SoakClient {
  public:
-  SoakClient(ClientConfig config, IslandDirectory* directory, Tally* tally, const std::atomic<bool>* stop)
-      : config_(config), directory_(directory), tally_(tally), stop_(stop), def_(SoakProgram(config.n)) {}
+  SoakClient(ClientConfig config, const ClientSource* source, Tally* tally, const std::atomic<bool>* stop)
+      : config_(config), source_(source), tally_(tally), stop_(stop), def_(SoakProgram(config.n)) {}
 
   void Run() {
     while (true) {
@@ -318,7 +333,7 @@ class SoakClient {
       }
       if (in_flight_.empty()) {
         // Broken, or the soak is over: nothing is left waiting on this
-        // controller, so closing it fails nothing.
+        // client, so closing it fails nothing.
         session_.reset();
         broken_ = false;
         continue;
@@ -330,13 +345,13 @@ class SoakClient {
 
  private:
   struct Session {
-    std::unique_ptr<Controller> controller;
-    RemoteMesh a, b;
-    std::shared_ptr<RemoteProgram> program;
+    std::unique_ptr<client::Client> client;
+    client::Mesh a, b;
+    std::shared_ptr<client::LoadedProgram> program;
   };
   struct InFlight {
-    RemoteRun run;
-    std::vector<RemoteArray> inputs;
+    client::Run run;
+    std::vector<client::Array> inputs;
     Expected expected;
     int64_t kills = 0;  // islands killed before the run started
     absl::Time deadline;
@@ -344,24 +359,19 @@ class SoakClient {
   };
 
   absl::Status Connect() {
-    CAUSEWAY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
-                              directory_->AwaitAll(absl::Now() + config_.timeout));
     auto session = std::make_unique<Session>();
-    ControllerOptions options;
-    options.name = absl::StrCat("soak-client-", config_.index);
-    options.call_timeout = config_.timeout;
-    CAUSEWAY_ASSIGN_OR_RETURN(session->controller, Controller::Connect(addresses, options));
-    CAUSEWAY_ASSIGN_OR_RETURN(session->a, session->controller->AllocateMesh(0, {2}));
-    CAUSEWAY_ASSIGN_OR_RETURN(session->b, session->controller->AllocateMesh(1, {2}));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->client, source_->connect(config_.index));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->a, session->client->AllocateMesh(source_->island_a, {2}));
+    CAUSEWAY_ASSIGN_OR_RETURN(session->b, session->client->AllocateMesh(source_->island_b, {2}));
     CAUSEWAY_ASSIGN_OR_RETURN(session->program,
-                              session->controller->Load(def_, {{"a", session->a}, {"b", session->b}}));
+                              session->client->Load(def_, {{"a", session->a}, {"b", session->b}}));
     session_ = std::move(session);
     tally_->Connected();
     return absl::OkStatus();
   }
 
   absl::Status Issue() {
-    Controller& c = *session_->controller;
+    client::Client& c = *session_->client;
     const int n = config_.n;
     const uint64_t number = next_run_++;
     const uint32_t seed =
@@ -374,7 +384,7 @@ class SoakClient {
     for (auto [mesh, sharding, host] :
          {std::tuple{&session_->a, Sharding::Split(0), &x}, std::tuple{&session_->a, Sharding::Split(0), &y},
           std::tuple{&session_->b, Sharding::Replicated(), &w}}) {
-      CAUSEWAY_ASSIGN_OR_RETURN(RemoteArray array, c.CreateArray(*mesh, {n, n}, DType::kF32, sharding));
+      CAUSEWAY_ASSIGN_OR_RETURN(client::Array array, c.CreateArray(*mesh, {n, n}, DType::kF32, sharding));
       f.inputs.push_back(array);
       CAUSEWAY_RETURN_IF_ERROR(c.Upload(array, host->data(), host->size() * sizeof(float)));
     }
@@ -403,7 +413,7 @@ class SoakClient {
       broken_ = true;
       return;
     }
-    Controller& c = *session_->controller;
+    client::Client& c = *session_->client;
     const int n = config_.n;
     bool right = true;
     for (int output = 0; output < 2 && right; ++output) {
@@ -433,9 +443,9 @@ class SoakClient {
     }
     if (right) tally_->Ok(f.kills);
     if (broken_) return;
-    std::vector<RemoteArray> arrays = f.inputs;
+    std::vector<client::Array> arrays = f.inputs;
     arrays.insert(arrays.end(), f.run.outputs.begin(), f.run.outputs.end());
-    for (const RemoteArray& a : arrays) {
+    for (const client::Array& a : arrays) {
       if (absl::Status s = c.Release(a); !s.ok()) {
         tally_->Error(s);
         broken_ = true;
@@ -445,7 +455,7 @@ class SoakClient {
   }
 
   const ClientConfig config_;
-  IslandDirectory* directory_;
+  const ClientSource* source_;
   Tally* tally_;
   const std::atomic<bool>* stop_;
   const ProgramDef def_;
@@ -527,9 +537,45 @@ int SoakCommand(const std::vector<std::string>& args) {
                    "and counts as an error",
                    ""});
   specs.push_back({"seed", "the kills' times and victims, and the clients' inputs", "1"});
+  specs.push_back({"local", "the clients are tenants of one island in this process; no kills", "", true});
+  specs.push_back(
+      {"connect", "the clients run on these two running islands (HOST:PORT,HOST:PORT); no kills", ""});
+  specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) { return Fail("soak", s, code); };
   if (auto done = StartCommand("soak", kUsage, flags, args)) return *done;
+  const bool local = flags.Bool("local");
+  std::vector<std::string> connect;
+  if (flags.Has("connect")) connect = absl::StrSplit(flags.Get("connect"), ',', absl::SkipWhitespace());
+  if (local && flags.Has("connect")) {
+    return fail(absl::InvalidArgumentError("--local and --connect are two ways to run: give one"), 2);
+  }
+  if (flags.Has("connect") && connect.size() != 2) {
+    return fail(absl::InvalidArgumentError(
+                    absl::StrCat("--connect takes two islands (HOST:PORT,HOST:PORT), got ", connect.size())),
+                2);
+  }
+  const bool spawn = !local && connect.empty();
+  for (const char* name : {"kill-min", "kill-max", "settle"}) {
+    if (!spawn && flags.Has(name)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+                      "--", name, " is for islands started here; --local and --connect kill nothing")),
+                  2);
+    }
+  }
+  if (!connect.empty()) {
+    for (const FlagSpec& spec : RuntimeFlagSpecs()) {
+      if (flags.Has(spec.name)) {
+        return fail(
+            absl::InvalidArgumentError(absl::StrCat(
+                "--", spec.name, " is for islands of this soak; the islands of --connect run already")),
+            2);
+      }
+    }
+  }
+  if (flags.Has("secret-file") && connect.empty()) {
+    return fail(absl::InvalidArgumentError("--secret-file is for --connect"), 2);
+  }
   auto runtime_options = RuntimeOptionsFromFlags(flags);
   if (!runtime_options.ok()) return fail(runtime_options.status(), 2);
   const int accelerators = flags.Has("accelerators") ? runtime_options->accelerators : 2;
@@ -604,9 +650,9 @@ int SoakCommand(const std::vector<std::string>& args) {
 
   // Islands start from this thread, which lives until the end: an island
   // dies with the thread that started it (IslandProcess).
-  constexpr int kIslands = 2;
-  std::vector<std::unique_ptr<IslandProcess>> islands(kIslands);
-  IslandDirectory directory(kIslands);
+  const int owned_islands = spawn ? 2 : 0;  // island processes this soak owns
+  std::vector<std::unique_ptr<IslandProcess>> islands(owned_islands);
+  IslandDirectory directory(2);
   auto start_island = [&](int i) -> absl::Status {
     absl::Status last;
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -621,16 +667,64 @@ int SoakCommand(const std::vector<std::string>& args) {
     }
     return last;
   };
-  for (int i = 0; i < kIslands; ++i) {
+  for (int i = 0; i < owned_islands; ++i) {
     if (absl::Status s = start_island(i); !s.ok()) return fail(s, 1);
   }
-  std::printf(
-      "causeway soak: %s, %d islands of %d accelerators, %d clients with %d runs in flight, %dx%d floats; "
-      "kills every %s..%s, none in the last %s\n",
-      absl::FormatDuration(duration).c_str(), kIslands, accelerators, static_cast<int>(clients.value),
-      static_cast<int>(in_flight.value), static_cast<int>(size.value), static_cast<int>(size.value),
-      absl::FormatDuration(kill_min).c_str(), absl::FormatDuration(kill_max).c_str(),
-      absl::FormatDuration(settle).c_str());
+  for (size_t i = 0; i < connect.size(); ++i) directory.Set(static_cast<int>(i), connect[i]);
+
+  // Where the clients connect: the islands of the directory, or one island
+  // in this process.
+  ClientSource source;
+  std::unique_ptr<Runtime> local_runtime;
+  std::unique_ptr<Island> local_island;
+  if (local) {
+    RuntimeOptions options = *runtime_options;
+    options.accelerators = accelerators;
+    auto rt = Runtime::Create(options);
+    if (!rt.ok()) return fail(rt.status(), 1);
+    local_runtime = *std::move(rt);
+    IslandOptions island_options;
+    island_options.name = "local";
+    auto island = Island::Create(local_runtime.get(), island_options);
+    if (!island.ok()) return fail(island.status(), 1);
+    local_island = *std::move(island);
+    source.island_b = 0;
+    source.connect = [island =
+                          local_island.get()](int index) -> absl::StatusOr<std::unique_ptr<client::Client>> {
+      CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<client::LocalClient> c,
+                                client::LocalClient::Connect(island, absl::StrCat("soak-client-", index)));
+      return std::unique_ptr<client::Client>(std::move(c));
+    };
+  } else {
+    ControllerOptions options;
+    if (!connect.empty()) {
+      auto secret = SecretFromFlags(flags);
+      if (!secret.ok()) return fail(secret.status(), 2);
+      options.secret = *std::move(secret);
+    }
+    options.call_timeout = timeout;
+    source.connect = [&directory, options,
+                      timeout](int index) -> absl::StatusOr<std::unique_ptr<client::Client>> {
+      CAUSEWAY_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                                directory.AwaitAll(absl::Now() + timeout));
+      ControllerOptions mine = options;
+      mine.name = absl::StrCat("soak-client-", index);
+      CAUSEWAY_ASSIGN_OR_RETURN(std::unique_ptr<client::RemoteClient> c,
+                                client::RemoteClient::Connect(addresses, mine));
+      return std::unique_ptr<client::Client>(std::move(c));
+    };
+  }
+  const std::string where = local ? absl::StrCat("one island of ", accelerators, " accelerators here")
+                            : !connect.empty() ? absl::StrCat("islands ", absl::StrJoin(connect, " and "))
+                                               : absl::StrCat("2 islands of ", accelerators, " accelerators");
+  std::printf("causeway soak: %s, %s, %d clients with %d runs in flight, %dx%d floats; %s\n",
+              absl::FormatDuration(duration).c_str(), where.c_str(), static_cast<int>(clients.value),
+              static_cast<int>(in_flight.value), static_cast<int>(size.value), static_cast<int>(size.value),
+              spawn ? absl::StrCat("kills every ", absl::FormatDuration(kill_min), "..",
+                                   absl::FormatDuration(kill_max), ", none in the last ",
+                                   absl::FormatDuration(settle))
+                          .c_str()
+                    : "no kills");
   std::fflush(stdout);
 
   Tally tally;
@@ -645,7 +739,7 @@ int SoakCommand(const std::vector<std::string>& args) {
     config.seed = static_cast<uint32_t>(seed.value);
     config.timeout = timeout;
     config.run_deadline = run_deadline;
-    soak_clients.push_back(std::make_unique<SoakClient>(config, &directory, &tally, &stop));
+    soak_clients.push_back(std::make_unique<SoakClient>(config, &source, &tally, &stop));
   }
   const absl::Time start = absl::Now();
   const absl::Time end = start + duration;
@@ -676,7 +770,7 @@ int SoakCommand(const std::vector<std::string>& args) {
     std::string line = absl::StrFormat(
         "[%5.0fs] programs %d  errors %d  kills %d  rss %s MiB  fds %s  threads %s", s.seconds, s.ok,
         s.errors, tally.kills(), Mib(s.self.rss_kib), Count(s.self.fds), Count(s.self.threads));
-    for (int i = 0; i < kIslands; ++i) {
+    for (int i = 0; i < owned_islands; ++i) {
       absl::StrAppendFormat(&line, "  island-%d %s MiB %s fds", i, Mib(s.islands[i].rss_kib),
                             Count(s.islands[i].fds));
     }
@@ -697,7 +791,7 @@ int SoakCommand(const std::vector<std::string>& args) {
   while (restart_failed.ok()) {
     const absl::Time now = absl::Now();
     if (now >= end) break;
-    for (int i = 0; i < kIslands; ++i) {
+    for (int i = 0; i < owned_islands; ++i) {
       std::string ended = Ended(islands[i]->pid());
       if (ended.empty()) continue;
       std::printf("[%5.0fs] island-%d %s; starting it again\n", absl::ToDoubleSeconds(now - start), i,
@@ -715,13 +809,13 @@ int SoakCommand(const std::vector<std::string>& args) {
     if (!restart_failed.ok()) break;
     // Short naps, so that an island that ended is seen soon.
     absl::Time wake = std::min({end, next_report, now + absl::Milliseconds(200)});
-    if (next_kill < last_kill) wake = std::min(wake, next_kill);
+    if (spawn && next_kill < last_kill) wake = std::min(wake, next_kill);
     if (wake > now) {
       absl::SleepFor(wake - now);
       continue;
     }
-    if (now >= next_kill && next_kill < last_kill) {
-      const int victim = std::uniform_int_distribution<int>(0, kIslands - 1)(rng);
+    if (spawn && now >= next_kill && next_kill < last_kill) {
+      const int victim = std::uniform_int_distribution<int>(0, owned_islands - 1)(rng);
       directory.Set(victim, "");
       islands[victim]->Signal(SIGKILL);
       islands[victim].reset();  // reaps it
@@ -778,7 +872,7 @@ int SoakCommand(const std::vector<std::string>& args) {
     std::printf("  first unresolved: %s\n", counts.first_unresolved.c_str());
 
   std::printf("\n  %7s %8s %5s %8s %9s %7s", "time s", "RSS MiB", "fds", "threads", "programs", "errors");
-  for (int i = 0; i < kIslands; ++i)
+  for (int i = 0; i < owned_islands; ++i)
     std::printf(" %22s", absl::StrCat("island-", i, " MiB/fds/threads").c_str());
   std::printf("\n");
   for (const Sample& s : samples) {

@@ -2,8 +2,7 @@
 // run with fast kills: what its report says of programs, kills, recovery and
 // futures. Timings are generous (the suite also runs under sanitizers) and
 // nothing here depends on speed.
-#include <fcntl.h>
-#include <spawn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,11 +12,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/distributed/island_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_support.h"
-
-extern char** environ;
 
 namespace causeway {
 namespace {
@@ -66,6 +64,38 @@ TEST(SoakTest, ClientsRecoverFromKilledIslands) {
   EXPECT_THAT(r.out, HasSubstr("flat                      fds "));
 }
 
+// Tests that the same clients soak an island in this process (--local:
+// both meshes on it) and running islands (--connect), through the client
+// API, killing nothing: programs run, all right, every future resolved.
+TEST(SoakTest, LocalAndConnectRunTheSameClientsWithoutKills) {
+  auto check = [](const Result& r) {
+    SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_GT(ReportValue(r.out, "programs ok"), 0);
+    EXPECT_EQ(ReportValue(r.out, "kills"), 0);
+    EXPECT_EQ(ReportValue(r.out, "wrong results"), 0);
+    EXPECT_EQ(ReportValue(r.out, "errors"), 0);
+    EXPECT_EQ(ReportValue(r.out, "unresolved futures"), 0);
+    EXPECT_THAT(r.out, HasSubstr("no kills"));
+    EXPECT_THAT(r.out, HasSubstr("\nsoak: PASS: "));
+  };
+  check(RunCli({"soak", "--local", "--duration=4s", "--report-every=1s", "--timeout=60s",
+                ::causeway::testing::DeviceFlag()}));
+
+  const std::vector<std::string> flags = {::causeway::testing::DeviceFlag(), "--accelerators=2"};
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       transport::IslandProcess::Start(::causeway::testing::CliPath(), "soak-a", flags));
+  ASSERT_OK_AND_ASSIGN(auto b,
+                       transport::IslandProcess::Start(::causeway::testing::CliPath(), "soak-b", flags));
+  const Result connected = RunCli({"soak", absl::StrCat("--connect=", a->address(), ",", b->address()),
+                                   "--duration=4s", "--report-every=1s", "--timeout=60s"});
+  check(connected);
+  EXPECT_THAT(connected.out, HasSubstr(absl::StrCat("islands ", a->address(), " and ", b->address())));
+  // The islands served it and are still up.
+  EXPECT_EQ(kill(a->pid(), 0), 0);
+  EXPECT_EQ(kill(b->pid(), 0), 0);
+}
+
 // Tests that bad values are refused before anything starts: a message on
 // stderr naming the flag, nothing on stdout, exit 2.
 TEST(SoakTest, BadFlagsAreRefused) {
@@ -87,6 +117,11 @@ TEST(SoakTest, BadFlagsAreRefused) {
       {{"--size=63"}, "--size must be even"},
       {{"--accelerators=1"}, "--accelerators (per island) must be at least 2, got 1"},
       {{"extra"}, "unexpected argument 'extra'"},
+      {{"--local", "--connect=127.0.0.1:1,127.0.0.1:2"}, "--local and --connect are two ways to run"},
+      {{"--connect=127.0.0.1:1"}, "--connect takes two islands (HOST:PORT,HOST:PORT), got 1"},
+      {{"--local", "--kill-min=1s"}, "--kill-min is for islands started here"},
+      {{"--connect=127.0.0.1:1,127.0.0.1:2", "--device=cpu"}, "--device is for islands of this soak"},
+      {{"--secret-file=/nonexistent"}, "--secret-file is for --connect"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"soak"};
