@@ -64,6 +64,7 @@
 #include "causeway/runtime/instance.h"
 #include "causeway/runtime/memory.h"
 #include "causeway/runtime/runtime.h"
+#include "tools/build_paths.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/interrupt.h"
@@ -175,16 +176,12 @@ std::string SelfDirectory() {
 std::vector<std::string> BenchDirectories() {
   std::vector<std::string> dirs;
   if (std::string env = EnvString("CAUSEWAY_BENCH_DIR"); !env.empty()) dirs.push_back(env);
-#ifdef CAUSEWAY_BENCH_DIR
-  dirs.push_back(CAUSEWAY_BENCH_DIR);
-#endif
+  if (std::string built = BuiltBenchDirectory(); !built.empty()) dirs.push_back(built);
   if (std::string self = SelfDirectory(); !self.empty()) {
     dirs.push_back(self);
     dirs.push_back((fs::path(self).parent_path() / "libexec" / "causeway").string());
   }
-#ifdef CAUSEWAY_LIBEXEC_DIR
-  dirs.push_back(CAUSEWAY_LIBEXEC_DIR);
-#endif
+  dirs.push_back(LibexecDirectory());
   std::vector<std::string> unique;
   for (const std::string& d : dirs) {
     if (std::find(unique.begin(), unique.end(), d) == unique.end()) unique.push_back(d);
@@ -327,14 +324,6 @@ std::string CommandOutput(const std::string& command) {
 }
 
 // --- the machine ------------------------------------------------------------
-
-std::string SourceDirectory() {
-#ifdef CAUSEWAY_SOURCE_DIR
-  return CAUSEWAY_SOURCE_DIR;
-#else
-  return "";
-#endif
-}
 
 json MachineFacts() {
   json m;
@@ -999,15 +988,11 @@ int BenchCommand(const std::vector<std::string>& args) {
     return 0;
   }
   if (std::all_of(selected.begin(), selected.end(), [&](const Suite* s) { return binaries[s].empty(); })) {
-#ifdef CAUSEWAY_BENCH_DIR
     const char* why =
-        "they are not built yet: build them with `ninja causeway_benchmarks` in the build directory";
-#else
-    const char* why =
-        "this causeway was built without them (CAUSEWAY_BUILD_BENCHMARKS=OFF, as in the ASan build): "
-        "configure "
-        "a build with -DCAUSEWAY_BUILD_BENCHMARKS=ON and run its causeway, or install them";
-#endif
+        !BuiltBenchDirectory().empty()
+            ? "they are not built yet: build them with `ninja causeway_benchmarks` in the build directory"
+            : "this causeway was built without them (CAUSEWAY_BUILD_BENCHMARKS=OFF, as in the ASan build): "
+              "configure a build with -DCAUSEWAY_BUILD_BENCHMARKS=ON and run its causeway, or install them";
     return Fail(
         absl::StrCat("no benchmark binaries found (looked in ", absl::StrJoin(dirs, ", "), "); ", why), 1);
   }

@@ -24,6 +24,7 @@
 #include "causeway/models/trainer.h"
 #include "causeway/runtime/runtime.h"
 #include "causeway/scheduler/island.h"
+#include "tools/build_paths.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/trace_analysis.h"
@@ -34,7 +35,7 @@ namespace {
 // The shipped corpus: beside the source tree this binary was built from, or
 // installed in <prefix>/share/causeway.
 std::string DefaultCorpus() {
-  for (const std::string& dir : {std::string(CAUSEWAY_SOURCE_DIR) + "/data", std::string(CAUSEWAY_DATA_DIR)}) {
+  for (const std::string& dir : {SourceDirectory() + "/data", DataDirectory()}) {
     const std::string path = dir + "/kjv-genesis-exodus.txt";
     if (std::filesystem::exists(path)) return path;
   }
