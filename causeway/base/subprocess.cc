@@ -185,6 +185,13 @@ void Subprocess::Reset() {
 
 void Subprocess::CloseStdout() { CloseIfOpen(stdout_fd_); }
 
+pid_t Subprocess::Release() {
+  CloseStdout();
+  const pid_t pid = pid_;
+  pid_ = -1;
+  return pid;
+}
+
 void Subprocess::Signal(int signal) {
   if (pid_ > 0) kill(pid_, signal);
 }

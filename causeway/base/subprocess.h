@@ -88,6 +88,9 @@ class Subprocess {
   // otherwise or once closed.
   int stdout_fd() const { return stdout_fd_; }
   void CloseStdout();
+  // Gives the child up: from now on nothing here kills, waits for or reaps
+  // it (its death signal, if any, still applies). Its pid, -1 if none.
+  pid_t Release();
   // Sends `signal` (nothing once reaped).
   void Signal(int signal);
   // Reaps the child if it has ended by `deadline`: its wait status.

@@ -52,10 +52,11 @@ TEST(SubprocessTest, ArgumentsEnvironmentAndExitCode) {
   o.env = {"CAUSEWAY_SPAWN_SET=inner", "CAUSEWAY_SPAWN_NEW=new"};
   ASSERT_OK_AND_ASSIGN(
       Subprocess child,
-      Shell("printf '%s|%s|%s|%s|%s' \"$0\" \"$1\" \"$CAUSEWAY_SPAWN_KEPT\" \"$CAUSEWAY_SPAWN_SET\" "
-            "\"$CAUSEWAY_SPAWN_NEW\"; env | grep -c '^CAUSEWAY_SPAWN_SET=' >&2; exit 7",
+      Shell("printf '%s|%s|%s|%s|%s|' \"$0\" \"$1\" \"$CAUSEWAY_SPAWN_KEPT\" \"$CAUSEWAY_SPAWN_SET\" "
+            "\"$CAUSEWAY_SPAWN_NEW\"; env | grep -c '^CAUSEWAY_SPAWN_SET='; exit 7",
             o));
-  EXPECT_EQ(ReadAll(child), "zero|one two|kept|inner|new");
+  // The setting replaced the variable of the same name: it is there once.
+  EXPECT_EQ(ReadAll(child), "zero|one two|kept|inner|new|1\n");
   ASSERT_OK_AND_ASSIGN(int status, child.Wait());
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 7);
@@ -165,11 +166,10 @@ TEST(SubprocessTest, DeathSignalAndDestructorEndTheChild) {
     o.death_signal = SIGKILL;
     absl::StatusOr<Subprocess> child = Subprocess::Spawn(o);
     if (!child.ok()) return;
-    orphan = child->pid();
-    // Handed to nobody: released so that its destructor does not kill it
-    // here; the death signal must.
-    static Subprocess* leaked = new Subprocess(*std::move(child));
-    (void)leaked;
+    // Given up, so that its destructor does not kill it: the death signal
+    // must, as this thread ends.
+    orphan = child->Release();
+    EXPECT_FALSE(child->running());
   });
   starter.join();
   ASSERT_GT(orphan, 0);
