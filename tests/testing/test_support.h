@@ -145,11 +145,13 @@ void main() {
 )";
 // The spin kernel's push constants for `rounds`.
 std::vector<uint8_t> SpinPushConstants(uint32_t rounds);
-// How many rounds make the spin kernel of `groups` workgroups run for about
-// `target` on this machine's test device: measured on a runtime of its own
-// (its fixed cost per workgroup and its cost per round), clamped to
-// 1..kSpinMaxRounds. Once per process and arguments. Under load the kernel
-// runs longer than `target`, never much shorter.
+// How many rounds make the spin kernel of `groups` workgroups take about
+// `target` of CPU time on this machine's test device: measured on a runtime
+// of its own (its fixed cost per workgroup and its cost per round, in the
+// process's CPU time, which load from other processes does not inflate),
+// clamped to 1..kSpinMaxRounds. Once per process and arguments. With one
+// driver thread per queue (LP_NUM_THREADS=0) the kernel runs about `target`
+// when the machine is idle and longer under load, never much shorter.
 uint32_t SpinRoundsFor(uint32_t groups, absl::Duration target);
 
 int SettledEntries(const char* dir, absl::Duration quiet = absl::Milliseconds(200),
