@@ -24,6 +24,9 @@ PACKAGES=(
   libopenblas-dev
   # the sanitizer suites' runner (scripts/run-tests.py)
   python3
+  # the Python package: pybind11 and Python's headers to build it, numpy for
+  # its arrays, pytest for its tests
+  pybind11-dev python3-dev python3-numpy python3-pytest
 )
 
 missing=()

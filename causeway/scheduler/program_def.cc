@@ -709,14 +709,31 @@ ProgramDefBuilder& ProgramDefBuilder::Call(std::string node, const std::shared_p
 
 ProgramDefBuilder& ProgramDefBuilder::AllReduce(std::string node, std::string mesh, std::string input,
                                                 std::string output, CollectiveDef::ReduceOp op) {
+  CollectiveDef c;
+  c.set_kind(CollectiveDef::ALL_REDUCE);
+  c.set_mesh(std::move(mesh));
+  c.set_input(std::move(input));
+  c.set_output(std::move(output));
+  c.set_op(op);
+  return Collective(std::move(node), std::move(c));
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Collective(std::string node, CollectiveDef collective) {
   NodeDef* n = def_.add_nodes();
   n->set_name(std::move(node));
-  CollectiveDef* c = n->mutable_collective();
-  c->set_kind(CollectiveDef::ALL_REDUCE);
-  c->set_mesh(std::move(mesh));
-  c->set_input(std::move(input));
-  c->set_output(std::move(output));
-  c->set_op(op);
+  *n->mutable_collective() = std::move(collective);
+  return *this;
+}
+
+ProgramDefBuilder& ProgramDefBuilder::Reshard(std::string node, std::string mesh, std::string input,
+                                              std::string output, const Sharding& sharding) {
+  NodeDef* n = def_.add_nodes();
+  n->set_name(std::move(node));
+  ReshardDef* r = n->mutable_reshard();
+  r->set_mesh(std::move(mesh));
+  r->set_input(std::move(input));
+  r->set_output(std::move(output));
+  *r->mutable_sharding() = ToDef(sharding);
   return *this;
 }
 

@@ -140,6 +140,11 @@ class ProgramDefBuilder {
                           const std::vector<Sharding>& output_shardings = {});
   ProgramDefBuilder& AllReduce(std::string node, std::string mesh, std::string input, std::string output,
                                CollectiveDef::ReduceOp op = CollectiveDef::SUM);
+  // Any collective: `collective` gives its kind, mesh, input and output, and
+  // what its kind takes (op, algorithm, root, pairs, mesh axis).
+  ProgramDefBuilder& Collective(std::string node, CollectiveDef collective);
+  ProgramDefBuilder& Reshard(std::string node, std::string mesh, std::string input, std::string output,
+                             const Sharding& sharding);
   ProgramDefBuilder& Output(std::string value);
 
   // The def, or the first error met while adding to it (naming the node).

@@ -4,11 +4,14 @@
 # first step that fails, saying which. Registered with ctest as
 # install.downstream_find_package (tests/install/CMakeLists.txt).
 #
-# usage: downstream_test.sh CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH [EXAMPLES_SRC]]]
+# usage: downstream_test.sh CMAKE BUILD_DIR CONFIG DOWNSTREAM_SRC WORK_DIR [CXX [PREFIX_PATH [EXAMPLES_SRC
+#                            [PYTHON PYTHON_DIR]]]]
 #   CONFIG may be empty; PREFIX_PATH (colon-separated) is where the build tree
 #   found its own dependencies, if not in the system paths. EXAMPLES_SRC
 #   (examples/cpp) is built and run against the same prefix, each program
-#   checking its own result.
+#   checking its own result. PYTHON, where the Python package is built,
+#   imports the installed package from PYTHON_DIR (under the prefix) and
+#   runs a program with it.
 # Set CAUSEWAY_KEEP_INSTALL_TEST=1 to keep the temporary directory.
 set -euo pipefail
 
@@ -17,6 +20,7 @@ if [[ $# -lt 5 ]]; then
   exit 2
 fi
 cmake=$1 build_dir=$2 config=$3 downstream_src=$4 work_dir=$5 cxx=${6:-} parent_prefix_path=${7:-} examples_src=${8:-}
+python=${9:-} python_dir=${10:-}
 
 step="setup"
 trap 'rc=$?; if [[ $rc -ne 0 ]]; then echo "FAILED (exit $rc) at step: $step" >&2; fi' EXIT
@@ -109,6 +113,25 @@ fi
 if [[ -n "$examples_src" ]]; then
   configure_and_build examples "$examples_src"
   run_programs examples local_custom_kernel remote_two_islands traced_run
+fi
+if [[ -n "$python" ]]; then
+  step="import the installed Python package and run a program with it"
+  echo "== $step"
+  (cd "$tmp" && PYTHONPATH="$prefix/$python_dir" "$python" - <<'PY'
+import numpy as np
+import causeway
+assert causeway.__file__.startswith(__import__("os").environ["PYTHONPATH"]), causeway.__file__
+client = causeway.local(accelerators=2)
+mesh = client.mesh([2])
+b = causeway.ProgramBuilder("double")
+b.mesh("m", [2]).parameter("x", "m", (8,), "f32", causeway.split(0))
+b.call("double", causeway.scale((4,), 2.0), "m", ["x"], ["y"]).output("y")
+(y,), done = client.load(b.build(), {"m": mesh})([client.put(np.arange(8, dtype=np.float32), mesh, causeway.split(0))])
+done.result(timeout=60)
+np.testing.assert_array_equal(y.numpy(), 2 * np.arange(8, dtype=np.float32))
+print("python package: ok from", causeway.__file__)
+PY
+  )
 fi
 step="done"
 echo "== passed"
