@@ -32,6 +32,10 @@
 #include "causeway/client/client.h"
 #include "causeway/client/local_client.h"
 #include "causeway/client/remote_client.h"
+#include "causeway/kernels/attention_ops.h"
+#include "causeway/kernels/nn_ops.h"
+#include "causeway/kernels/op_plan.h"
+#include "causeway/kernels/ops.h"
 #include "causeway/runtime/device_capabilities.h"
 #include "causeway/runtime/instance.h"
 #include "causeway/runtime/kernel.h"
@@ -487,6 +491,146 @@ ClientPtr Connect(const std::vector<std::string>& islands, const std::optional<s
   return std::make_shared<PyClient>(PyClient{Take(client::RemoteClient::Connect(islands, options))});
 }
 
+// The kernel library's operations (causeway/kernels/*_ops.h) as plans, and
+// FunctionBuilder, which makes a function of them: causeway.ops.
+void BindOps(py::module_& m) {
+  py::class_<ops::OpPlan>(m, "OpPlan", "One operation of the kernel library, its sizes fixed.")
+      .def_readonly("name", &ops::OpPlan::name)
+      .def_property_readonly(
+          "operands",
+          [](const ops::OpPlan& p) {
+            std::vector<std::pair<std::string, uint64_t>> out;
+            for (const auto& o : p.operands) out.emplace_back(o.name, o.bytes);
+            return out;
+          },
+          "Each operand's name and the bytes it needs, in the order add() binds them.")
+      .def("__repr__", [](const ops::OpPlan& p) { return absl::StrCat("OpPlan('", p.name, "')"); });
+
+  py::module_ o = m.def_submodule("ops", "The kernel library's operations, for FunctionBuilder.add.");
+  o.def(
+      "gemm",
+      [](uint32_t m, uint32_t n, uint32_t k, bool transpose_a, bool transpose_b, float alpha, float beta,
+         uint32_t batch) {
+        ops::GemmOptions options;
+        options.transpose_a = transpose_a;
+        options.transpose_b = transpose_b;
+        options.alpha = alpha;
+        options.beta = beta;
+        options.batch = batch;
+        return Take(ops::PlanGemm(m, n, k, options));
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("transpose_a") = false,
+      py::arg("transpose_b") = false, py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("batch") = 1,
+      "C = alpha op(A) op(B) + beta C (A: m x k, B: k x n, C: m x n, row-major; `batch` of each back to "
+      "back).");
+  o.def(
+      "bias_gelu", [](uint32_t rows, uint32_t cols) { return Take(ops::PlanBiasGelu(rows, cols)); },
+      py::arg("rows"), py::arg("cols"));
+  o.def(
+      "bias_gelu_backward",
+      [](uint32_t rows, uint32_t cols) { return Take(ops::PlanBiasGeluBackward(rows, cols)); },
+      py::arg("rows"), py::arg("cols"));
+  o.def(
+      "layer_norm",
+      [](uint32_t rows, uint32_t cols, float eps) { return Take(ops::PlanLayerNorm(rows, cols, eps)); },
+      py::arg("rows"), py::arg("cols"), py::arg("eps") = 1e-5f);
+  o.def(
+      "layer_norm_backward",
+      [](uint32_t rows, uint32_t cols) { return Take(ops::PlanLayerNormBackward(rows, cols)); },
+      py::arg("rows"), py::arg("cols"));
+  o.def(
+      "softmax_causal",
+      [](uint32_t batch_heads, uint32_t t, float scale) {
+        return Take(ops::PlanSoftmaxCausal(batch_heads, t, scale));
+      },
+      py::arg("batch_heads"), py::arg("t"), py::arg("scale") = 1.0f);
+  o.def(
+      "softmax_causal_backward",
+      [](uint32_t batch_heads, uint32_t t, float scale) {
+        return Take(ops::PlanSoftmaxCausalBackward(batch_heads, t, scale));
+      },
+      py::arg("batch_heads"), py::arg("t"), py::arg("scale") = 1.0f);
+  o.def(
+      "cross_entropy", [](uint32_t rows, uint32_t vocab) { return Take(ops::PlanCrossEntropy(rows, vocab)); },
+      py::arg("rows"), py::arg("vocab"));
+  o.def(
+      "cross_entropy_backward",
+      [](uint32_t rows, uint32_t vocab, std::optional<float> scale) {
+        return Take(ops::PlanCrossEntropyBackward(rows, vocab, scale));
+      },
+      py::arg("rows"), py::arg("vocab"), py::arg("scale") = py::none());
+  o.def(
+      "embedding",
+      [](uint32_t tokens, uint32_t dim, uint32_t vocab, uint32_t seq_len, bool with_positions) {
+        return Take(ops::PlanEmbedding(tokens, dim, vocab, seq_len, with_positions));
+      },
+      py::arg("tokens"), py::arg("dim"), py::arg("vocab"), py::arg("seq_len"),
+      py::arg("with_positions") = false);
+  o.def(
+      "embedding_backward",
+      [](uint32_t tokens, uint32_t dim, uint32_t vocab) {
+        return Take(ops::PlanEmbeddingBackward(tokens, dim, vocab));
+      },
+      py::arg("tokens"), py::arg("dim"), py::arg("vocab"));
+  o.def(
+      "permute0213",
+      [](uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return Take(ops::PlanPermute0213(a, b, c, d)); },
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("d"), "[a, b, c, d] to [a, c, b, d].");
+  auto attention = [](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim) {
+    AttentionShape shape;
+    shape.batch = batch;
+    shape.heads = heads;
+    shape.seq_len = seq_len;
+    shape.head_dim = head_dim;
+    return shape;
+  };
+  o.def(
+      "attention",
+      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim) {
+        return Take(ops::PlanAttentionForward(attention(batch, heads, seq_len, head_dim)));
+      },
+      py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"),
+      "Causal attention, fused.");
+  o.def(
+      "attention_backward",
+      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim) {
+        return Take(ops::PlanAttentionBackward(attention(batch, heads, seq_len, head_dim)));
+      },
+      py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"));
+
+  py::class_<FunctionBuilder>(
+      m, "FunctionBuilder",
+      "Makes a Function of kernel-library operations: declare buffers, then add operations "
+      "that bind them, in the order they run.")
+      .def(py::init<std::string>(), py::arg("name"))
+      .def(
+          "input",
+          [](FunctionBuilder& f, const Shape& shape, const py::object& dtype) {
+            return f.Input({shape, DTypeOf(dtype)});
+          },
+          py::arg("shape"), py::arg("dtype") = "f32")
+      .def(
+          "output",
+          [](FunctionBuilder& f, const Shape& shape, const py::object& dtype) {
+            return f.Output({shape, DTypeOf(dtype)});
+          },
+          py::arg("shape"), py::arg("dtype") = "f32")
+      .def(
+          "scratch",
+          [](FunctionBuilder& f, const Shape& shape, const py::object& dtype) {
+            return f.Scratch({shape, DTypeOf(dtype)});
+          },
+          py::arg("shape"), py::arg("dtype") = "f32")
+      .def(
+          "add",
+          [](FunctionBuilder& f, const ops::OpPlan& plan, std::vector<int> buffers) -> FunctionBuilder& {
+            return f.Add(plan, std::move(buffers));
+          },
+          py::arg("plan"), py::arg("buffers"), py::return_value_policy::reference_internal)
+      .def("build",
+           [](const FunctionBuilder& f) { return std::const_pointer_cast<Function>(Take(f.Build())); });
+}
+
 }  // namespace
 
 void Bind(py::module_& m) {
@@ -654,6 +798,8 @@ void Bind(py::module_& m) {
       },
       py::arg("name"), py::arg("inputs"), py::arg("outputs"), py::arg("steps"),
       py::arg("scratch") = std::vector<std::pair<std::vector<int64_t>, py::object>>{});
+
+  BindOps(m);
 
   py::class_<ProgramDef>(m, "ProgramDef", "A program as data: meshes by name, parameters, nodes, outputs.")
       .def_static(

@@ -36,12 +36,14 @@ from ._causeway import (  # noqa: F401  (the package's names)
     Error,
     FailedPreconditionError,
     Function,
+    FunctionBuilder,
     Future,
     InternalError,
     InvalidArgumentError,
     Kernel,
     Mesh,
     NotFoundError,
+    OpPlan,
     PermissionDeniedError,
     Program,
     ProgramBuilder,
@@ -57,6 +59,7 @@ from ._causeway import (  # noqa: F401  (the package's names)
     elementwise,
     local,
     matmul,
+    ops,
     replicated,
     scale,
     split,
@@ -66,11 +69,11 @@ from ._causeway import TraceSession as _TraceSession
 
 __all__ = [
     "Array", "CancelledError", "Client", "DeadlineExceededError", "Device", "Error",
-    "FailedPreconditionError", "Function", "Future", "InternalError", "InvalidArgumentError",
-    "Kernel", "Mesh", "NotFoundError", "PermissionDeniedError", "Program", "ProgramBuilder",
+    "FailedPreconditionError", "Function", "FunctionBuilder", "Future", "InternalError", "InvalidArgumentError",
+    "Kernel", "Mesh", "NotFoundError", "OpPlan", "PermissionDeniedError", "Program", "ProgramBuilder",
     "ProgramDef", "ProgramFile", "ResourceExhaustedError", "Sharding", "Step",
     "UnavailableError", "UnimplementedError", "connect", "custom", "devices", "elementwise",
-    "local", "matmul", "replicated", "scale", "split", "trace",
+    "local", "matmul", "ops", "replicated", "scale", "split", "trace",
 ]
 
 

@@ -341,3 +341,51 @@ def test_a_killed_island_is_an_unavailable_error_naming_it(islands):
     assert "west" in str(error.value)
     # The other island serves on.
     run_sums(client, island=0)
+
+
+# ---- the kernel library -----------------------------------------------------
+
+
+def gelu(u):
+    return 0.5 * u * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (u + 0.044715 * u ** 3)))
+
+
+def test_functions_of_kernel_library_operations_match_numpy(local):
+    rows, d, ff = 16, 32, 48
+    # y = gelu(x w + b), then a layer norm of y, in one function.
+    f = causeway.FunctionBuilder("mlp_up_norm")
+    x, w, b = f.input((rows, d)), f.input((d, ff)), f.input((ff,))
+    gamma, beta = f.input((ff,)), f.input((ff,))
+    h, y = f.scratch((rows, ff)), f.output((rows, ff))
+    z, mean, rstd = f.output((rows, ff)), f.scratch((rows,)), f.scratch((rows,))
+    gemm = causeway.ops.gemm(rows, ff, d)
+    assert [name for name, _ in gemm.operands] == ["A", "B", "C"]
+    f.add(gemm, [x, w, h]).add(causeway.ops.bias_gelu(rows, ff), [h, b, y])
+    f.add(causeway.ops.layer_norm(rows, ff, eps=1e-5), [y, gamma, beta, z, mean, rstd])
+    function = f.build()
+
+    mesh = local.mesh([1])
+    pb = causeway.ProgramBuilder("mlp")
+    pb.mesh("m", [1])
+    for name, shape in [("x", (rows, d)), ("w", (d, ff)), ("b", (ff,)), ("gamma", (ff,)), ("beta", (ff,))]:
+        pb.parameter(name, "m", shape)
+    pb.call("mlp", function, "m", ["x", "w", "b", "gamma", "beta"], ["y", "z"]).output("y").output("z")
+    program = local.load(pb.build(), {"m": mesh})
+    rng = np.random.default_rng(13)
+    host = {name: rng.standard_normal(shape).astype(np.float32)
+            for name, shape in [("x", (rows, d)), ("w", (d, ff)), ("b", (ff,)), ("gamma", (ff,)), ("beta", (ff,))]}
+    (gy, gz), done = program([local.put(host[n], mesh) for n in ["x", "w", "b", "gamma", "beta"]])
+    done.result(timeout=60)
+    want_y = gelu(host["x"].astype(np.float64) @ host["w"] + host["b"])
+    np.testing.assert_allclose(gy.numpy(), want_y, rtol=1e-4, atol=1e-4)
+    mu = want_y.mean(axis=1, keepdims=True)
+    var = want_y.var(axis=1, keepdims=True)
+    want_z = (want_y - mu) / np.sqrt(var + 1e-5) * host["gamma"] + host["beta"]
+    np.testing.assert_allclose(gz.numpy(), want_z, rtol=1e-3, atol=1e-3)
+
+    with pytest.raises(ValueError, match="bias_gelu"):
+        bad = causeway.FunctionBuilder("short")
+        a, out = bad.input((4, 4)), bad.output((4, 4))
+        bad.add(causeway.ops.bias_gelu(rows, ff), [a, a, out]).build()
+    with pytest.raises(ValueError):
+        causeway.ops.gemm(0, 4, 4)
