@@ -66,6 +66,7 @@ from ._causeway import (  # noqa: F401  (the package's names)
 )
 from ._causeway import physical_devices as _physical_devices
 from ._causeway import TraceSession as _TraceSession
+from . import lazy  # noqa: E402,F401  (causeway.lazy)
 
 __all__ = [
     "Array", "CancelledError", "Client", "DeadlineExceededError", "Device", "Error",
@@ -73,7 +74,7 @@ __all__ = [
     "Kernel", "Mesh", "NotFoundError", "OpPlan", "PermissionDeniedError", "Program", "ProgramBuilder",
     "ProgramDef", "ProgramFile", "ResourceExhaustedError", "Sharding", "Step",
     "UnavailableError", "UnimplementedError", "connect", "custom", "devices", "elementwise",
-    "local", "matmul", "ops", "replicated", "scale", "split", "trace",
+    "lazy", "local", "matmul", "ops", "replicated", "scale", "split", "trace",
 ]
 
 
