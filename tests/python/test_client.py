@@ -42,6 +42,17 @@ def test_put_and_numpy_give_back_the_same_array(local, dtype, shape):
     np.testing.assert_array_equal(local.put(view, mesh).numpy(), view)
 
 
+def test_every_sharding_of_a_2d_mesh_round_trips():
+    client = causeway.local(accelerators=4, name="mesh2d")
+    mesh = client.mesh([2, 2])
+    data = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    for sharding in [causeway.replicated(), causeway.split(0), causeway.split(1), causeway.split(0, mesh_axis=1),
+                     causeway.split(1, mesh_axis=1)]:
+        np.testing.assert_array_equal(client.put(data, mesh, sharding).numpy(), data, err_msg=repr(sharding))
+    with pytest.raises(ValueError):
+        client.put(data, mesh, causeway.split(0, mesh_axis=2))
+
+
 def test_bad_arrays_are_refused_naming_what_is_wrong(local):
     mesh = local.mesh([2])
     with pytest.raises(ValueError, match="dtype float64 is not one of Causeway's"):
