@@ -21,8 +21,15 @@ first step's loaded program without building it again (`cache_info()`).
 Values live on the device between programs: a value computed once is an
 input of the next program, never copied back unless asked for. Every value is
 held flat on the device (its logical shape is kept here), so reshapes cost
-nothing. Operations run on one accelerator; float32 throughout, int32 for
-token ids and targets.
+nothing. float32 throughout, int32 for token ids and targets.
+
+SPMD over a 1-D mesh (`use(client, client.mesh([n]))`): an array made with
+`split=True` has its rows (axis 0) divided among the devices; others are
+whole on every device. Row-wise operations keep the split; a reduction over
+split rows (a sum over axis 0, a contraction over them in a gradient's
+matmul, a layer norm's or embedding's parameter gradients) is a partial sum
+on each device followed by an all-reduce, so the gradients of whole
+parameters from a split batch come out whole.
 """
 
 import math
@@ -47,18 +54,19 @@ class _Target:
     def __init__(self, client, mesh):
         self.client = client
         self.mesh = mesh
+        self.n = mesh.dims[0]  # devices: a split array holds 1/n of its rows on each
         self.programs = {}  # recorded signature -> (loaded program, output count)
         self.hits = 0
         self.misses = 0
 
 
 def use(client, mesh=None):
-    """Runs this thread's lazy programs on `client` (on `mesh`, one device;
-    by default a new one-device mesh of island 0)."""
+    """Runs this thread's lazy programs on `client`, SPMD over `mesh` (a 1-D
+    mesh; by default a new one-device mesh of island 0)."""
     if mesh is None:
         mesh = client.mesh([1])
-    elif mesh.dims != [1]:
-        raise ValueError(f"lazy arrays run on a one-device mesh, given {mesh}")
+    elif len(mesh.dims) != 1:
+        raise ValueError(f"lazy arrays run on a 1-D mesh, given {mesh}")
     _state.target = _Target(client, mesh)
     return _state.target
 
@@ -253,14 +261,15 @@ class _Node:
     """One recorded operation: its inputs (Arrays), attributes, and the
     logical shapes and dtypes of its outputs."""
 
-    __slots__ = ("op", "inputs", "attrs", "out_shapes", "out_dtypes", "outputs", "__weakref__")
+    __slots__ = ("op", "inputs", "attrs", "out_shapes", "out_dtypes", "out_split", "outputs", "__weakref__")
 
-    def __init__(self, op, inputs, attrs, out_shapes, out_dtypes):
+    def __init__(self, op, inputs, attrs, out_shapes, out_dtypes, out_split):
         self.op = op
         self.inputs = inputs
         self.attrs = attrs
         self.out_shapes = out_shapes
         self.out_dtypes = out_dtypes
+        self.out_split = out_split
         self.outputs = []
 
 
@@ -269,12 +278,20 @@ class Array:
 
     __array_priority__ = 1000  # numpy defers to these operators
 
-    def __init__(self, shape, dtype, node=None, index=0, device=None):
+    def __init__(self, shape, dtype, node=None, index=0, device=None, split=False):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
+        self.split = split  # rows (axis 0) split over the mesh; else every device holds it whole
         self._node = node
         self._index = index
         self._device = device  # a causeway.Array, flat, once computed
+
+    @property
+    def local(self):
+        """The shape of each device's part."""
+        if not self.split:
+            return self.shape
+        return (self.shape[0] // _target().n,) + self.shape[1:]
 
     @property
     def ndim(self):
@@ -290,7 +307,8 @@ class Array:
 
     def __repr__(self):
         state = "computed" if self._device is not None else f"recorded ({self._node.op})"
-        return f"lazy.Array({self.dtype.name}{list(self.shape)}, {state})"
+        where = ", split" if self.split else ""
+        return f"lazy.Array({self.dtype.name}{list(self.shape)}{where}, {state})"
 
     def __array__(self, dtype=None):
         out = self.numpy()
@@ -320,16 +338,36 @@ class Array:
         return transpose(self)
 
 
-def _record(op, inputs, attrs, out_shapes, out_dtypes=None):
+def _record(op, inputs, attrs, out_shapes, out_dtypes=None, split=None):
     out_dtypes = out_dtypes or ["float32"] * len(out_shapes)
-    node = _Node(op, inputs, attrs, out_shapes, out_dtypes)
-    node.outputs = [Array(s, d, node, i) for i, (s, d) in enumerate(zip(out_shapes, out_dtypes))]
+    split = split or [False] * len(out_shapes)
+    for shape, s in zip(out_shapes, split):
+        _check_split(op, shape, s)
+    node = _Node(op, inputs, attrs, out_shapes, out_dtypes, split)
+    node.outputs = [Array(s, d, node, i, split=sp) for i, (s, d, sp) in enumerate(zip(out_shapes, out_dtypes, split))]
     return node.outputs if len(node.outputs) > 1 else node.outputs[0]
 
 
-def array(data, dtype=None):
+def _check_split(what, shape, split):
+    n = _target().n
+    if split and (not shape or shape[0] % n):
+        raise ValueError(f"{what}: a split array's first axis must be a multiple of the mesh's {n} devices, "
+                         f"given {list(shape)}")
+
+
+def _summed(x):
+    """x, whose per-device parts are partial sums, all-reduced: every device
+    holds the whole sum."""
+    if _target().n == 1:
+        return x
+    return _record("all_reduce", [x], {}, [x.shape])
+
+
+def array(data, dtype=None, split=False):
     """A lazy array holding `data` (a numpy array or anything numpy reads),
-    put on the device now: float32, or int32 for ids and targets."""
+    put on the device now: float32, or int32 for ids and targets. `split`:
+    its rows (axis 0) divided among the mesh's devices (a batch, for data
+    parallelism); else every device holds it whole (parameters)."""
     host = np.asarray(data, dtype=dtype)
     if host.dtype == np.float64:
         host = host.astype(np.float32)
@@ -338,8 +376,10 @@ def array(data, dtype=None):
     if host.dtype not in (np.float32, np.int32):
         raise ValueError(f"lazy arrays are float32 or int32, given {host.dtype}")
     t = _target()
-    device = t.client.put(np.ascontiguousarray(host).reshape(-1) if host.ndim else host.reshape(1), t.mesh)
-    return Array(host.shape, host.dtype, device=device)
+    _check_split("array", host.shape, split)
+    flat = np.ascontiguousarray(host).reshape(-1) if host.ndim else host.reshape(1)
+    device = t.client.put(flat, t.mesh, _cw.split(0) if split else None)
+    return Array(host.shape, host.dtype, device=device, split=split)
 
 
 def zeros(shape):
@@ -369,7 +409,7 @@ def _unary(op, x, alpha=0.0):
     _float(x)
     if x.ndim > 4:
         raise ValueError(f"{op}: at most 4 axes, given {list(x.shape)}")
-    return _record(op, [x], {"alpha": float(alpha)}, [x.shape])
+    return _record(op, [x], {"alpha": float(alpha)}, [x.shape], split=[x.split])
 
 
 def _binary(op, a, b, alpha=0.0):
@@ -377,7 +417,17 @@ def _binary(op, a, b, alpha=0.0):
     shape = _broadcast_shape(a.shape, b.shape)
     if len(shape) > 4:
         raise ValueError(f"{op}: at most 4 axes, given {list(shape)}")
-    return _record(op, [a, b], {"alpha": float(alpha)}, [shape])
+    split = a.split or b.split
+    if split:
+        # A whole operand may broadcast along the split rows, never span them.
+        for x in (a, b):
+            spans = len(x.shape) == len(shape) and x.shape[0] == shape[0] and shape[0] > 1
+            if not x.split and spans:
+                raise ValueError(f"{op}: a split array of rows {list(shape)} with a whole one of "
+                                 f"{list(x.shape)}: split both or broadcast the whole one")
+            if x.split and len(x.shape) != len(shape):
+                raise ValueError(f"{op}: a split array {list(x.shape)} broadcast to {list(shape)}")
+    return _record(op, [a, b], {"alpha": float(alpha)}, [shape], split=[split])
 
 
 def _scalar_or(op_arrays, op_left, op_right, a, b):
@@ -453,18 +503,26 @@ def _axis(axis, ndim):
 def sum(x, axis=None, keepdims=False):
     _float(x)
     if axis is None:
-        # In two stages where the array is large: rows in parallel, then their sums.
-        k = _split_factor(x.size)
-        if k is not None:
-            out = sum(sum(reshape(x, (x.size // k, k)), axis=1), axis=0)
-        else:
-            out = _record("sum", [x], {"outer": 1, "len": x.size, "inner": 1, "alpha": 1.0}, [()])
+        if x.split and x.ndim > 1:  # each device's rows, then the rows' sums
+            out = sum(sum(reshape(x, (x.shape[0], x.size // x.shape[0])), axis=1), axis=0)
+        elif x.split:
+            out = sum(x, axis=0)
+        else:  # in two stages where the array is large: rows in parallel, then their sums
+            k = _split_factor(x.size)
+            if k is not None:
+                out = sum(sum(reshape(x, (x.size // k, k)), axis=1), axis=0)
+            else:
+                out = _record("sum", [x], {"outer": 1, "len": x.size, "inner": 1, "alpha": 1.0}, [()])
         return reshape(out, (1,) * x.ndim) if keepdims else reshape(out, ())
     axis = _axis(axis, x.ndim)
-    outer = _size(x.shape[:axis])
-    inner = _size(x.shape[axis + 1:])
+    local = x.local
+    outer = _size(local[:axis])
+    inner = _size(local[axis + 1:])
     kept = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1:]
-    return _record("sum", [x], {"outer": outer, "len": x.shape[axis], "inner": inner, "alpha": 1.0}, [kept])
+    attrs = {"outer": outer, "len": local[axis], "inner": inner, "alpha": 1.0}
+    if x.split and axis == 0:  # over the split rows: each device's part, then all of them
+        return _summed(_record("sum", [x], attrs, [kept]))
+    return _record("sum", [x], attrs, [kept], split=[x.split])
 
 
 def _split_factor(n):
@@ -490,7 +548,10 @@ def reshape(x, shape):
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     if _size(shape) != x.size:
         raise ValueError(f"cannot reshape {list(x.shape)} ({x.size} elements) to {list(shape)}")
-    return _record("reshape", [x], {}, [shape], [x.dtype.name])
+    if x.split and (not shape or shape[0] % _target().n):
+        raise ValueError(f"cannot reshape split {list(x.shape)} to {list(shape)}: the first axis must stay a "
+                         f"multiple of the mesh's {_target().n} devices")
+    return _record("reshape", [x], {}, [shape], [x.dtype.name], split=[x.split])
 
 
 def transpose(x, axes=None):
@@ -498,7 +559,9 @@ def transpose(x, axes=None):
     (0, 2, 1, 3): what the kernel library's 0213 permute does."""
     _float(x)
     axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(_axis(a, x.ndim) for a in axes)
-    s = x.shape
+    s = x.local
+    if x.split and axes and axes[0] != 0:
+        raise NotImplementedError(f"transpose of a split array's rows (by {list(axes)})")
     if x.ndim == 2 and axes == (1, 0):
         dims = (1, s[0], s[1], 1)
     elif x.ndim == 3 and axes == (0, 2, 1):
@@ -510,7 +573,8 @@ def transpose(x, axes=None):
     else:
         raise NotImplementedError(f"transpose of {list(s)} by {list(axes)}: only swaps of two adjacent axes "
                                   "(2-D, [a, b, c] by (0, 2, 1), [a, b, c, d] by (0, 2, 1, 3))")
-    return _record("permute", [x], {"dims": dims, "axes": axes}, [tuple(s[a] for a in axes)])
+    return _record("permute", [x], {"dims": dims, "axes": axes}, [tuple(x.shape[a] for a in axes)],
+                   split=[x.split])
 
 
 def matmul(a, b):
@@ -522,25 +586,44 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: {list(a.shape)} @ {list(b.shape)}: inner sizes differ")
     if b.ndim == 2:
-        m = _size(a.shape[:-1])
+        if b.split:
+            raise NotImplementedError("matmul by a split right operand (its rows are the contraction)")
+        m = _size(a.local[:-1])
         return _record("matmul", [a, b], {"m": m, "n": b.shape[1], "k": a.shape[-1], "batch": 1, "ta": False,
-                                          "tb": False}, [a.shape[:-1] + (b.shape[1],)])
+                                          "tb": False}, [a.shape[:-1] + (b.shape[1],)], split=[a.split])
     if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
-        return _record("matmul", [a, b], {"m": a.shape[1], "n": b.shape[2], "k": a.shape[2], "batch": a.shape[0],
-                                          "ta": False, "tb": False}, [(a.shape[0], a.shape[1], b.shape[2])])
+        if a.split != b.split:
+            raise ValueError("a batched matmul's operands must both be split, or both whole")
+        return _record("matmul", [a, b], {"m": a.shape[1], "n": b.shape[2], "k": a.shape[2], "batch": a.local[0],
+                                          "ta": False, "tb": False}, [(a.shape[0], a.shape[1], b.shape[2])],
+                       split=[a.split])
     raise NotImplementedError(f"matmul of {list(a.shape)} @ {list(b.shape)}")
 
 
 def _matmul_t(a, b, ta, tb, m, n, k):
-    """op(a) @ op(b) of 2-D operands stored as given (transposes in the GEMM)."""
-    return _record("matmul", [a, b], {"m": m, "n": n, "k": k, "batch": 1, "ta": ta, "tb": tb}, [(m, n)])
+    """op(a) @ op(b) of 2-D operands stored as given (transposes in the GEMM),
+    m, n, k of the whole arrays: for dA = dC B^T (dC's rows split: so are
+    dA's) and dB = A^T dC (the contraction over split rows: partial sums on
+    each device, then all of them)."""
+    per = _target().n if a.split or b.split else 1
+    if not ta and not tb:
+        raise AssertionError("_matmul_t is for transposed operands")
+    if tb:  # op(A) = A, rows of A (and C) split as A's
+        if b.split:
+            raise NotImplementedError("matmul by a split transposed operand")
+        return _record("matmul", [a, b], {"m": m // per if a.split else m, "n": n, "k": k, "batch": 1, "ta": ta,
+                                          "tb": tb}, [(m, n)], split=[a.split])
+    if a.split != b.split:
+        raise NotImplementedError("a contraction over rows split in one operand only")
+    out = _record("matmul", [a, b], {"m": m, "n": n, "k": k // per, "batch": 1, "ta": ta, "tb": tb}, [(m, n)])
+    return _summed(out) if a.split else out
 
 
 def softmax(x, axis=-1):
     _float(x)
     if _axis(axis, x.ndim) != x.ndim - 1:
         raise NotImplementedError("softmax over the last axis only")
-    return _record("softmax", [x], {"rows": _size(x.shape[:-1]), "cols": x.shape[-1]}, [x.shape])
+    return _record("softmax", [x], {"rows": _size(x.local[:-1]), "cols": x.shape[-1]}, [x.shape], split=[x.split])
 
 
 def layer_norm(x, gamma, beta, eps=1e-5):
@@ -550,9 +633,12 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     if gamma.shape != (cols,) or beta.shape != (cols,):
         raise ValueError(f"layer_norm of rows of {cols}: gamma and beta must be [{cols}], given "
                          f"{list(gamma.shape)} and {list(beta.shape)}")
-    rows = _size(x.shape[:-1])
+    if gamma.split or beta.split:
+        raise ValueError("layer_norm's gamma and beta must be whole, not split")
+    rows = _size(x.local[:-1])
+    n = _target().n if x.split else 1
     y, _, _ = _record("layer_norm", [x, gamma, beta], {"rows": rows, "cols": cols, "eps": float(eps)},
-                      [x.shape, (rows,), (rows,)])
+                      [x.shape, (rows * n,), (rows * n,)], split=[x.split] * 3)
     return y
 
 
@@ -563,9 +649,11 @@ def embedding(ids, table):
     _float(table)
     if table.ndim != 2:
         raise ValueError(f"an embedding table is [vocab, dim], given {list(table.shape)}")
-    tokens = ids.size
+    if table.split:
+        raise ValueError("an embedding table must be whole, not split")
+    tokens = _size(ids.local)
     return _record("embedding", [ids, table], {"tokens": tokens, "dim": table.shape[1], "vocab": table.shape[0]},
-                   [ids.shape + (table.shape[1],)])
+                   [ids.shape + (table.shape[1],)], split=[ids.split])
 
 
 def cross_entropy(logits, targets):
@@ -575,13 +663,15 @@ def cross_entropy(logits, targets):
     if targets.dtype != np.int32 or targets.shape != logits.shape[:-1]:
         raise ValueError(f"cross_entropy targets must be int32 of shape {list(logits.shape[:-1])}, given "
                          f"{targets.dtype} {list(targets.shape)}")
-    rows = _size(logits.shape[:-1])
+    if logits.split != targets.split:
+        raise ValueError("cross_entropy's logits and targets must both be split, or both whole")
+    rows = _size(logits.local[:-1])
     return _record("cross_entropy", [logits, targets], {"rows": rows, "vocab": logits.shape[-1]},
-                   [logits.shape[:-1]])
+                   [logits.shape[:-1]], split=[logits.split])
 
 
-def _broadcast_to(x, shape):
-    return _record("copy", [x], {"alpha": 0.0}, [tuple(shape)])
+def _broadcast_to(x, shape, split):
+    return _record("copy", [x], {"alpha": 0.0}, [tuple(shape)], split=[split])
 
 
 # ---- lowering to a program ---------------------------------------------------------------------
@@ -589,16 +679,14 @@ def _broadcast_to(x, shape):
 
 def _function(node, in_shapes):
     """The Causeway function of one recorded node (cached by its signature)."""
-    key = (node.op, tuple(sorted(node.attrs.items())), tuple(in_shapes), tuple(node.out_shapes))
+    out_local = node.outputs[0].local
+    key = (node.op, tuple(sorted(node.attrs.items())), tuple(in_shapes), out_local)
     function = _functions.get(key)
     if function is not None:
         return function
     op, at = node.op, node.attrs
     if op in _UNARY or op in _BINARY:
-        if op == "copy":  # a broadcast: read the input with strides of its own shape
-            function = _elementwise_function(op, in_shapes, node.out_shapes[0], 0.0)
-        else:
-            function = _elementwise_function(op, in_shapes, node.out_shapes[0], at.get("alpha", 0.0))
+        function = _elementwise_function(op, in_shapes, out_local, at.get("alpha", 0.0))
     elif op == "sum":
         function = _reduce_function(at["outer"], at["len"], at["inner"], at["alpha"])
     elif op == "softmax":
@@ -715,25 +803,30 @@ def _run(wanted):
         return ("node", node_ids[id(x._node)], x._index)
 
     # The signature: operations, attributes, shapes, and how they connect.
-    signature = (tuple((l.size, l.dtype.name) for l in leaves),
+    signature = (t.n, tuple((l.size, l.dtype.name, l.split) for l in leaves),
                  tuple((n.op, tuple(sorted(n.attrs.items())), tuple(ref(i) for i in n.inputs),
-                        tuple(map(tuple, n.out_shapes))) for n in order),
+                        tuple(map(tuple, n.out_shapes)), tuple(n.out_split)) for n in order),
                  tuple(ref(w) for w in wanted))
     cached = t.programs.get(signature)
     if cached is None:
         t.misses += 1
         b = _cw.ProgramBuilder("lazy")
-        b.mesh("m", [1])
+        b.mesh("m", [t.n])
         for i, leaf in enumerate(leaves):
-            b.parameter(f"in{i}", "m", (leaf.size,), "i32" if leaf.dtype == np.int32 else "f32")
+            b.parameter(f"in{i}", "m", (leaf.size,), "i32" if leaf.dtype == np.int32 else "f32",
+                        _cw.split(0) if leaf.split else None)
 
         def name(r):
             return f"in{r[1]}" if r[0] == "leaf" else f"n{r[1]}.{r[2]}"
 
         for i, node in enumerate(order):
-            in_shapes = [x.shape for x in node.inputs]
-            b.call(f"{node.op}.{i}", _function(node, in_shapes), "m", [name(ref(x)) for x in node.inputs],
-                   [f"n{i}.{j}" for j in range(len(node.outputs))])
+            inputs = [name(ref(x)) for x in node.inputs]
+            if node.op == "all_reduce":
+                b.all_reduce(f"all_reduce.{i}", "m", inputs[0], f"n{i}.0")
+                continue
+            shardings = [_cw.split(0) if sp else _cw.replicated() for sp in node.out_split]
+            b.call(f"{node.op}.{i}", _function(node, [x.local for x in node.inputs]), "m", inputs,
+                   [f"n{i}.{j}" for j in range(len(node.outputs))], shardings)
         for w in wanted:
             b.output(name(ref(w)))
         program = t.client.load(b.build(), {"m": t.mesh})
@@ -806,15 +899,16 @@ def _vjp(node, grads):
         return [_binary("pow_grad", x[0], g, at["alpha"])]
     if op == "copy":
         return [_unbroadcast(g, x[0].shape)]
+    if op == "all_reduce":  # each device's part counts once in the sum
+        return [g]
     if op == "sum":
-        kept = list(x[0].shape)
+        kept, local = list(x[0].shape), x[0].local
         if at["outer"] == 1 and at["inner"] == 1 and at["len"] == x[0].size:
             kept = [1] * x[0].ndim
         else:
-            axis = next(a for a in range(x[0].ndim)
-                        if _size(x[0].shape[:a]) == at["outer"] and x[0].shape[a] == at["len"])
+            axis = next(a for a in range(x[0].ndim) if _size(local[:a]) == at["outer"] and local[a] == at["len"])
             kept[axis] = 1
-        return [_broadcast_to(reshape(g, kept), x[0].shape) * at["alpha"]]
+        return [_broadcast_to(reshape(g, kept), x[0].shape, x[0].split) * at["alpha"]]
     if op == "reshape":
         return [reshape(g, x[0].shape)]
     if op == "permute":
@@ -825,7 +919,7 @@ def _vjp(node, grads):
             return [matmul(g, transpose(b, (0, 2, 1))), matmul(transpose(a, (0, 2, 1)), g)]
         if at["ta"] or at["tb"]:
             raise NotImplementedError("the gradient of a gradient's matmul (second order)")
-        m, n, k = at["m"], at["n"], at["k"]
+        m, n, k = _size(a.shape[:-1]), b.shape[1], a.shape[-1]  # of the whole arrays
         g2, a2 = reshape(g, (m, n)), reshape(a, (m, k))
         # C = A B: dA = dC B^T, dB = A^T dC, the transposes done by the GEMM.
         da = _matmul_t(g2, b, False, True, m, k, n)
@@ -838,13 +932,16 @@ def _vjp(node, grads):
         rows, cols = at["rows"], at["cols"]
         _, mu, rstd = node.outputs
         dx, dgamma, dbeta = _record("layer_norm_backward", [g, x[0], x[1], mu, rstd], {"rows": rows, "cols": cols},
-                                    [x[0].shape, (cols,), (cols,)])
+                                    [x[0].shape, (cols,), (cols,)], split=[x[0].split, False, False])
+        if x[0].split:
+            dgamma, dbeta = _summed(dgamma), _summed(dbeta)
         return [dx, dgamma, dbeta]
     if op == "embedding":
-        return [None, _record("embedding_backward", [x[0], g], dict(at), [x[1].shape])]
+        dtable = _record("embedding_backward", [x[0], g], dict(at), [x[1].shape])
+        return [None, _summed(dtable) if x[0].split else dtable]
     if op == "cross_entropy":
         rows, vocab = at["rows"], at["vocab"]
-        d = _record("cross_entropy_backward", [x[0], x[1]], dict(at), [x[0].shape])
+        d = _record("cross_entropy_backward", [x[0], x[1]], dict(at), [x[0].shape], split=[x[0].split])
         return [d * reshape(g, g.shape + (1,)), None]
     raise NotImplementedError(f"no gradient for {op}")
 

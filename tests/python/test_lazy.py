@@ -173,3 +173,40 @@ def test_training_with_sgd_lowers_the_loss():
         losses.append(float(loss.numpy()))
     assert losses[-1] < 0.5 * losses[0], losses
     assert all(np.isfinite(losses))
+
+
+def test_split_arrays_run_spmd_and_data_parallel_gradients_equal_one_devices():
+    host = model_params(51)
+    rng = np.random.default_rng(52)
+    ids = rng.integers(0, 11, size=(4, 5)).astype(np.int32)
+    targets = rng.integers(0, 11, size=(4, 5)).astype(np.int32)
+
+    def step(split):
+        params = [lazy.array(p) for p in host]
+        f = lazy.value_and_grad(lambda *p: model(p, lazy.array(ids, split=split), lazy.array(targets, split=split)))
+        loss, grads = f(*params)
+        return float(loss.numpy()), [g.numpy() for g in grads]
+
+    one_loss, one_grads = step(False)
+    client = causeway.local(accelerators=2, name="spmd")
+    lazy.use(client, client.mesh([2]))
+    two_loss, two_grads = step(True)
+    close(two_loss, one_loss, tol=1e-5)
+    for a, b in zip(two_grads, one_grads):
+        close(a, b, tol=1e-5)
+
+    # Values of split arrays, each device computing its rows.
+    a, w = rand(6, 4, seed=53), rand(4, 3, seed=54)
+    x = lazy.array(a, split=True)
+    y = lazy.softmax(lazy.gelu(x @ lazy.array(w)) + lazy.array(rand(3, seed=55)))
+    assert y.split
+    close(y.numpy(), softmax(gelu(a.astype(np.float64) @ w) + rand(3, seed=55)))
+    close(x.sum(axis=0).numpy(), a.sum(axis=0))
+    close(x.mean().numpy(), a.mean())
+    close(x.reshape(12, 2).sum(axis=1).numpy(), a.reshape(12, 2).sum(axis=1))
+    with pytest.raises(ValueError, match="multiple of the mesh's 2 devices"):
+        lazy.array(rand(5, 4), split=True)
+    with pytest.raises(ValueError, match="split both or broadcast the whole one"):
+        x + lazy.array(a)
+    with pytest.raises(NotImplementedError, match="split"):
+        x.T
