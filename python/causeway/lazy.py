@@ -43,6 +43,7 @@ __all__ = [
     "Array", "array", "use", "sync", "cache_info", "grad", "value_and_grad", "zeros", "ones",
     "matmul", "add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "tanh", "relu", "gelu",
     "softmax", "layer_norm", "sum", "mean", "reshape", "transpose", "embedding", "cross_entropy",
+    "attention",
 ]
 
 # ---- where programs run ------------------------------------------------------------------------
@@ -670,6 +671,23 @@ def cross_entropy(logits, targets):
                    [logits.shape[:-1]], split=[logits.split])
 
 
+def attention(q, k, v):
+    """Causal self-attention of q, k, v [batch, heads, T, head_dim]:
+    softmax(q k^T / sqrt(head_dim), causal) v, fused (the kernel library's;
+    the T x T scores never in memory). Split arrays split the batch."""
+    for x in (q, k, v):
+        _float(x)
+    if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"attention takes q, k, v of one shape [batch, heads, T, head_dim], given "
+                         f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if not q.split == k.split == v.split:
+        raise ValueError("attention's q, k and v must all be split, or all whole")
+    b, h, t, d = q.local
+    out, _ = _record("attention", [q, k, v], {"batch": b, "heads": h, "t": t, "d": d}, [q.shape, q.shape[:3]],
+                     split=[q.split] * 2)
+    return out
+
+
 def _broadcast_to(x, shape, split):
     return _record("copy", [x], {"alpha": 0.0}, [tuple(shape)], split=[split])
 
@@ -719,6 +737,21 @@ def _function(node, in_shapes):
         mu, rstd = f.input((rows,)), f.input((rows,))
         dx, dg, db = f.output((rows * cols,)), f.output((cols,)), f.output((cols,))
         f.add(_cw.ops.layer_norm_backward(rows, cols), [dy, x, g, mu, rstd, dx, dg, db])
+        function = f.build()
+    elif op in ("attention", "attention_backward"):
+        shape = (at["batch"], at["heads"], at["t"], at["d"])
+        elements, rows = _size(shape), _size(shape[:3])
+        f = _cw.FunctionBuilder(op)
+        if op == "attention":
+            q, k, v = f.input((elements,)), f.input((elements,)), f.input((elements,))
+            out, lse = f.output((elements,)), f.output((rows,))
+            f.add(_cw.ops.attention(*shape), [q, k, v, out, lse])
+        else:
+            q, k, v, out, d_out = (f.input((elements,)) for _ in range(5))
+            lse = f.input((rows,))
+            dq, dk, dv = f.output((elements,)), f.output((elements,)), f.output((elements,))
+            delta = f.scratch((rows,))
+            f.add(_cw.ops.attention_backward(*shape), [q, k, v, out, d_out, lse, delta, dq, dk, dv])
         function = f.build()
     elif op == "embedding":
         tokens, dim, vocab = at["tokens"], at["dim"], at["vocab"]
@@ -936,6 +969,10 @@ def _vjp(node, grads):
         if x[0].split:
             dgamma, dbeta = _summed(dgamma), _summed(dbeta)
         return [dx, dgamma, dbeta]
+    if op == "attention":
+        out, lse = node.outputs
+        return list(_record("attention_backward", [x[0], x[1], x[2], out, g, lse], dict(at), [x[0].shape] * 3,
+                            split=[x[0].split] * 3))
     if op == "embedding":
         dtable = _record("embedding_backward", [x[0], g], dict(at), [x[1].shape])
         return [None, _summed(dtable) if x[0].split else dtable]

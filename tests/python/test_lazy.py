@@ -210,3 +210,35 @@ def test_split_arrays_run_spmd_and_data_parallel_gradients_equal_one_devices():
         x + lazy.array(a)
     with pytest.raises(NotImplementedError, match="split"):
         x.T
+
+
+def causal_attention(q, k, v):
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    t = q.shape[2]
+    scores = np.where(np.tril(np.ones((t, t), dtype=bool)), scores, -np.inf)
+    return softmax(scores) @ v
+
+
+def test_attention_and_its_gradients_match_numpy():
+    shape = (2, 3, 8, 4)
+    q, k, v, w = (rand(*shape, seed=s) for s in (61, 62, 63, 64))
+    close(lazy.attention(lazy.array(q), lazy.array(k), lazy.array(v)).numpy(),
+          causal_attention(*(x.astype(np.float64) for x in (q, k, v))))
+    f = lazy.grad(lambda q_, k_, v_: lazy.sum(lazy.attention(q_, k_, v_) * lazy.array(w)))
+    grads = [g.numpy() for g in f(lazy.array(q), lazy.array(k), lazy.array(v))]
+    h64 = [x.astype(np.float64) for x in (q, k, v)]
+
+    def loss(xs):
+        return float((causal_attention(*xs) * w).sum())
+
+    rng = np.random.default_rng(65)
+    for which in range(3):
+        for _ in range(4):
+            i = tuple(rng.integers(0, d) for d in shape)
+            plus, minus = [x.copy() for x in h64], [x.copy() for x in h64]
+            plus[which][i] += 1e-5
+            minus[which][i] -= 1e-5
+            want = (loss(plus) - loss(minus)) / 2e-5
+            assert abs(grads[which][i] - want) <= 1e-3 * max(1.0, abs(want)), (which, i, grads[which][i], want)
+    with pytest.raises(ValueError, match="one shape"):
+        lazy.attention(lazy.array(q), lazy.array(k[:, :2]), lazy.array(v))
