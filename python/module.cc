@@ -36,6 +36,9 @@
 #include "causeway/kernels/nn_ops.h"
 #include "causeway/kernels/op_plan.h"
 #include "causeway/kernels/ops.h"
+#include "causeway/models/text_data.h"
+#include "causeway/models/trainer.h"
+#include "causeway/models/transformer.h"
 #include "causeway/runtime/device_capabilities.h"
 #include "causeway/runtime/instance.h"
 #include "causeway/runtime/kernel.h"
@@ -598,6 +601,21 @@ void BindOps(py::module_& m) {
       },
       py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"));
 
+  o.def(
+      "adam_update",
+      [](uint32_t count, float lr, float beta1, float beta2, float eps, float weight_decay) {
+        ops::AdamConfig config;
+        config.lr = lr;
+        config.beta1 = beta1;
+        config.beta2 = beta2;
+        config.eps = eps;
+        config.weight_decay = weight_decay;
+        return Take(ops::PlanAdamUpdate(count, config));
+      },
+      py::arg("count"), py::arg("lr") = 1e-3f, py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
+      py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.0f,
+      "One Adam step out of place: p, g, m, v, step (f32 [1], from 1) to p', m', v'.");
+
   py::class_<FunctionBuilder>(
       m, "FunctionBuilder",
       "Makes a Function of kernel-library operations: declare buffers, then add operations "
@@ -632,6 +650,102 @@ void BindOps(py::module_& m) {
 }
 
 }  // namespace
+
+// The benchmark language model's data, initial weights and C++ trainer
+// (causeway/models/): causeway.models, so a Python model can start where the
+// C++ one does and be measured against it.
+models::TransformerConfig ModelConfig(uint32_t vocab, uint32_t d_model, uint32_t heads, uint32_t d_ff,
+                                      uint32_t layers, uint32_t seq_len) {
+  models::TransformerConfig c;
+  c.vocab = vocab;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.d_ff = d_ff;
+  c.layers = layers;
+  c.seq_len = seq_len;
+  Check(c.Validate());
+  return c;
+}
+
+// A BatchSampler with the corpus whose tokens it reads.
+struct Sampler {
+  std::shared_ptr<models::TextCorpus> corpus;
+  models::BatchSampler sampler;
+};
+
+void BindModels(py::module_& m) {
+  py::class_<models::TextCorpus>(m, "TextCorpus",
+                                 "A character-level corpus split into train and held-out tokens.")
+      .def_static(
+          "load",
+          [](const std::string& path, double held_out) {
+            return Take(models::TextCorpus::Load(path, held_out));
+          },
+          py::arg("path"), py::arg("held_out") = 0.1)
+      .def_property_readonly("vocab_size", [](const models::TextCorpus& c) { return c.vocab().size(); })
+      .def_property_readonly("train_tokens", [](const models::TextCorpus& c) { return c.train().size(); });
+
+  py::class_<Sampler>(m, "BatchSampler", "The C++ trainer's batches: the same seed gives the same windows.")
+      .def(py::init([](const models::TextCorpus& corpus, uint32_t batch, uint32_t seq_len, uint64_t seed) {
+             auto held = std::make_shared<models::TextCorpus>(corpus);
+             models::BatchSampler sampler(held->train(), batch, seq_len, seed);
+             return Sampler{std::move(held), std::move(sampler)};
+           }),
+           py::arg("corpus"), py::arg("batch"), py::arg("seq_len"), py::arg("seed"))
+      .def(
+          "next",
+          [](Sampler& s) {
+            const models::TokenBatch b = Take(s.sampler.Next());
+            py::array_t<int32_t> inputs({b.batch, b.seq_len}), targets({b.batch, b.seq_len});
+            std::memcpy(inputs.mutable_data(), b.inputs.data(), b.inputs.size() * sizeof(int32_t));
+            std::memcpy(targets.mutable_data(), b.targets.data(), b.targets.size() * sizeof(int32_t));
+            return py::make_tuple(inputs, targets);
+          },
+          "(inputs, targets), int32 [batch, seq_len]: the next batch.");
+
+  m.def(
+      "initial_parameters",
+      [](uint32_t vocab, uint32_t d_model, uint32_t heads, uint32_t d_ff, uint32_t layers, uint32_t seq_len,
+         uint64_t seed) {
+        const models::TransformerConfig c = ModelConfig(vocab, d_model, heads, d_ff, layers, seq_len);
+        const std::vector<models::ParameterInfo> infos = models::Parameters(c);
+        const std::vector<std::vector<float>> values = models::InitialParameters(c, seed);
+        py::list out;
+        for (size_t i = 0; i < infos.size(); ++i) {
+          py::array_t<float> a(std::vector<py::ssize_t>(infos[i].shape.begin(), infos[i].shape.end()));
+          std::memcpy(a.mutable_data(), values[i].data(), values[i].size() * sizeof(float));
+          out.append(py::make_tuple(infos[i].name, a));
+        }
+        return out;
+      },
+      py::arg("vocab"), py::arg("d_model"), py::arg("heads"), py::arg("d_ff"), py::arg("layers"),
+      py::arg("seq_len"), py::arg("seed"),
+      "(name, numpy array) of every model tensor in the C++ model's order, as it initializes them.");
+
+  py::class_<models::Trainer>(m, "Trainer", "The C++ trainer of the benchmark model, on a client's island.")
+      .def(py::init([](const ClientPtr& client, const models::TextCorpus& corpus, uint32_t d_model,
+                       uint32_t heads, uint32_t d_ff, uint32_t layers, uint32_t seq_len, uint32_t batch,
+                       uint64_t seed, float lr) {
+             models::TrainOptions options;
+             options.config = ModelConfig(static_cast<uint32_t>(corpus.vocab().size()), d_model, heads, d_ff,
+                                          layers, seq_len);
+             options.layout.batch = batch;
+             options.seed = seed;
+             options.adam.lr = lr;
+             py::gil_scoped_release unlocked;
+             return Take(models::Trainer::Create(client->impl.get(), corpus, options));
+           }),
+           py::arg("client"), py::arg("corpus"), py::arg("d_model"), py::arg("heads"), py::arg("d_ff"),
+           py::arg("layers"), py::arg("seq_len"), py::arg("batch"), py::arg("seed") = 1,
+           py::arg("lr") = 1e-3f, py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+      .def(
+          "train",
+          [](models::Trainer& t, uint64_t steps) {
+            py::gil_scoped_release unlocked;
+            return Take(t.Train(steps));
+          },
+          py::arg("steps"), "Runs `steps` steps; their mean losses.");
+}
 
 void Bind(py::module_& m) {
   m.doc() = "Causeway's native client API; use the causeway package.";
@@ -800,6 +914,9 @@ void Bind(py::module_& m) {
       py::arg("scratch") = std::vector<std::pair<std::vector<int64_t>, py::object>>{});
 
   BindOps(m);
+  py::module_ models_module =
+      m.def_submodule("models", "The benchmark language model's data and C++ trainer.");
+  BindModels(models_module);
 
   py::class_<ProgramDef>(m, "ProgramDef", "A program as data: meshes by name, parameters, nodes, outputs.")
       .def_static(

@@ -59,6 +59,7 @@ from ._causeway import (  # noqa: F401  (the package's names)
     elementwise,
     local,
     matmul,
+    models,
     ops,
     replicated,
     scale,
@@ -74,7 +75,7 @@ __all__ = [
     "Kernel", "Mesh", "NotFoundError", "OpPlan", "PermissionDeniedError", "Program", "ProgramBuilder",
     "ProgramDef", "ProgramFile", "ResourceExhaustedError", "Sharding", "Step",
     "UnavailableError", "UnimplementedError", "connect", "custom", "devices", "elementwise",
-    "lazy", "local", "matmul", "ops", "replicated", "scale", "split", "trace",
+    "lazy", "local", "matmul", "models", "ops", "replicated", "scale", "split", "trace",
 ]
 
 

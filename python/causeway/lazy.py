@@ -43,7 +43,7 @@ __all__ = [
     "Array", "array", "use", "sync", "cache_info", "grad", "value_and_grad", "zeros", "ones",
     "matmul", "add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "tanh", "relu", "gelu",
     "softmax", "layer_norm", "sum", "mean", "reshape", "transpose", "embedding", "cross_entropy",
-    "attention",
+    "attention", "adam",
 ]
 
 # ---- where programs run ------------------------------------------------------------------------
@@ -688,6 +688,21 @@ def attention(q, k, v):
     return out
 
 
+def adam(p, g, m, v, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+    """One Adam step (the kernel library's, bias-corrected; `step` a float32
+    [1] array counting from 1): the new (p, m, v), out of place."""
+    for x in (p, g, m, v, step):
+        _float(x)
+    if not p.shape == g.shape == m.shape == v.shape or step.shape != (1,):
+        raise ValueError(f"adam takes p, g, m, v of one shape and a step of [1], given {list(p.shape)}, "
+                         f"{list(g.shape)}, {list(m.shape)}, {list(v.shape)}, {list(step.shape)}")
+    if p.split or g.split or m.split or v.split or step.split:
+        raise ValueError("adam updates whole arrays (each device the same step)")
+    attrs = {"count": p.size, "lr": float(lr), "beta1": float(beta1), "beta2": float(beta2), "eps": float(eps),
+             "weight_decay": float(weight_decay)}
+    return tuple(_record("adam", [p, g, m, v, step], attrs, [p.shape] * 3))
+
+
 def _broadcast_to(x, shape, split):
     return _record("copy", [x], {"alpha": 0.0}, [tuple(shape)], split=[split])
 
@@ -737,6 +752,13 @@ def _function(node, in_shapes):
         mu, rstd = f.input((rows,)), f.input((rows,))
         dx, dg, db = f.output((rows * cols,)), f.output((cols,)), f.output((cols,))
         f.add(_cw.ops.layer_norm_backward(rows, cols), [dy, x, g, mu, rstd, dx, dg, db])
+        function = f.build()
+    elif op == "adam":
+        n = at["count"]
+        f = _cw.FunctionBuilder("adam")
+        ins = [f.input((n,)) for _ in range(4)] + [f.input((1,))]
+        outs = [f.output((n,)) for _ in range(3)]
+        f.add(_cw.ops.adam_update(n, at["lr"], at["beta1"], at["beta2"], at["eps"], at["weight_decay"]), ins + outs)
         function = f.build()
     elif op in ("attention", "attention_backward"):
         shape = (at["batch"], at["heads"], at["t"], at["d"])
@@ -792,7 +814,8 @@ def _resolve(x):
 
 
 def sync(*arrays):
-    """Computes every given array not yet on the device, as one program."""
+    """Computes every given array not yet on the device, as one program.
+    Returns once the program is queued (reading a value waits for it)."""
     wanted = []
     for a in arrays:
         r = _resolve(a)
@@ -867,11 +890,13 @@ def _run(wanted):
     else:
         t.hits += 1
         program = cached
-    outputs, done = program([leaf._device for leaf in leaves])
+    # Returns at once: the outputs are usable now (what reads them waits for
+    # them, and carries the run's error if it fails), so the next program is
+    # queued while this one runs.
+    outputs, _ = program([leaf._device for leaf in leaves])
     for w, out in zip(wanted, outputs):
         w._device = out
         w._node = None  # computed: the graph behind it can go
-    done.result()
 
 
 # ---- reverse mode ------------------------------------------------------------------------------
@@ -986,19 +1011,23 @@ def _vjp(node, grads):
 def value_and_grad(f, argnums=None):
     """A function that returns (f(*args), gradients of its scalar result with
     respect to the arguments numbered `argnums` (all, by default)), by
-    reverse mode over what f recorded: both come from one program."""
+    reverse mode over what f recorded. Nothing runs yet: both, and whatever
+    is recorded from them (an optimizer step), run as one program at the
+    next sync."""
 
     def wrapped(*args):
         out = f(*args)
         if not isinstance(out, Array) or out.size != 1:
             raise ValueError("value_and_grad needs a function whose result is one float")
         nums = range(len(args)) if argnums is None else ([argnums] if isinstance(argnums, int) else argnums)
-        # Reverse topological order of the recorded nodes from the result.
+        # Reverse topological order of the recorded nodes from the result,
+        # back to the arguments (what made them is not differentiated).
         order, seen = [], set()
+        stops = {id(a) for a in args}
 
         def visit(x):
             node = x._node
-            if node is None or id(node) in seen:
+            if node is None or id(node) in seen or id(x) in stops:
                 return
             seen.add(id(node))
             for i in node.inputs:
@@ -1017,7 +1046,6 @@ def value_and_grad(f, argnums=None):
                 grads[id(i)] = gi if id(i) not in grads else grads[id(i)] + gi
         results = [grads.get(id(args[n])) for n in nums]
         results = [zeros(args[n].shape) if r is None else r for n, r in zip(nums, results)]
-        sync(out, *results)
         return out, tuple(results)
 
     return wrapped
