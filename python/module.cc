@@ -439,6 +439,13 @@ py::dict ProgramFileInputs(const cli::ProgramFile& file) {
   return inputs;
 }
 
+// (shape, dtype name) of each spec, as custom() takes them.
+py::list SpecList(const std::vector<TensorSpec>& specs) {
+  py::list out;
+  for (const TensorSpec& t : specs) out.append(py::make_tuple(ShapeTuple(t.shape), DTypeName(t.dtype)));
+  return out;
+}
+
 // ---- devices of this machine ------------------------------------------------
 
 py::list PhysicalDevices() {
@@ -513,19 +520,21 @@ void BindOps(py::module_& m) {
   o.def(
       "gemm",
       [](uint32_t m, uint32_t n, uint32_t k, bool transpose_a, bool transpose_b, float alpha, float beta,
-         uint32_t batch) {
+         uint32_t batch, const client::Device* device) {
         ops::GemmOptions options;
         options.transpose_a = transpose_a;
         options.transpose_b = transpose_b;
         options.alpha = alpha;
         options.beta = beta;
         options.batch = batch;
-        return Take(ops::PlanGemm(m, n, k, options));
+        return Take(ops::PlanGemm(m, n, k, options, device == nullptr ? nullptr : &device->capabilities));
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("transpose_a") = false,
       py::arg("transpose_b") = false, py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("batch") = 1,
+      py::arg("device") = py::none(),
       "C = alpha op(A) op(B) + beta C (A: m x k, B: k x n, C: m x n, row-major; `batch` of each back to "
-      "back).");
+      "back), "
+      "planned for `device` (a Device of a client: the fastest path it runs; None: a path any device runs).");
   o.def(
       "bias_gelu", [](uint32_t rows, uint32_t cols) { return Take(ops::PlanBiasGelu(rows, cols)); },
       py::arg("rows"), py::arg("cols"));
@@ -883,10 +892,27 @@ void Bind(py::module_& m) {
              return MakeStep(kernel, std::move(args), std::move(groups), push_constants, spec);
            }),
            py::arg("kernel"), py::arg("args"), py::arg("groups"), py::arg("push_constants") = py::bytes(),
-           py::arg("spec") = std::vector<std::pair<uint32_t, uint32_t>>{});
+           py::arg("spec") = std::vector<std::pair<uint32_t, uint32_t>>{})
+      .def_property_readonly("kernel",
+                             [](const KernelStep& s) { return std::const_pointer_cast<Kernel>(s.kernel); })
+      .def_readonly("args", &KernelStep::args)
+      .def_property_readonly(
+          "groups",
+          [](const KernelStep& s) { return std::vector<uint32_t>(s.groups.begin(), s.groups.end()); })
+      .def_property_readonly("push_constants",
+                             [](const KernelStep& s) {
+                               return py::bytes(reinterpret_cast<const char*>(s.push_constants.data()),
+                                                s.push_constants.size());
+                             })
+      .def_readonly("spec", &KernelStep::spec);
 
   py::class_<Function, std::shared_ptr<Function>>(m, "Function", "What a gang call runs on each device.")
       .def_property_readonly("name", &Function::name)
+      .def_property_readonly("inputs", [](const Function& f) { return SpecList(f.inputs()); })
+      .def_property_readonly("outputs", [](const Function& f) { return SpecList(f.outputs()); })
+      .def_property_readonly("scratch", [](const Function& f) { return SpecList(f.scratch()); })
+      .def_property_readonly("steps", &Function::steps,
+                             "Its kernel steps; args index inputs, outputs, then scratch.")
       .def("__repr__", [](const Function& f) { return absl::StrCat("Function('", f.name(), "')"); });
   auto fn = [](absl::StatusOr<std::shared_ptr<const Function>> f) {
     return std::const_pointer_cast<Function>(Take(std::move(f)));

@@ -56,6 +56,9 @@ class _Target:
         self.client = client
         self.mesh = mesh
         self.n = mesh.dims[0]  # devices: a split array holds 1/n of its rows on each
+        # Kernels are planned for the mesh's island's device (the GEMM's
+        # fastest path there).
+        self.device = next(d for d in client.devices() if d.island == mesh.island)
         self.programs = {}  # recorded signature -> (loaded program, output count)
         self.hits = 0
         self.misses = 0
@@ -713,7 +716,8 @@ def _broadcast_to(x, shape, split):
 def _function(node, in_shapes):
     """The Causeway function of one recorded node (cached by its signature)."""
     out_local = node.outputs[0].local
-    key = (node.op, tuple(sorted(node.attrs.items())), tuple(in_shapes), out_local)
+    device = _target().device
+    key = (node.op, tuple(sorted(node.attrs.items())), tuple(in_shapes), out_local, device.name, device.subgroup_size)
     function = _functions.get(key)
     if function is not None:
         return function
@@ -730,7 +734,8 @@ def _function(node, in_shapes):
         a = f.input((batch * m * k,))
         b = f.input((k * n,) if batch == 1 else (batch * k * n,))
         c = f.output((batch * m * n,))
-        f.add(_cw.ops.gemm(m, n, k, transpose_a=at["ta"], transpose_b=at["tb"], batch=batch), [a, b, c])
+        f.add(_cw.ops.gemm(m, n, k, transpose_a=at["ta"], transpose_b=at["tb"], batch=batch, device=device),
+              [a, b, c])
         function = f.build()
     elif op == "permute":
         d = at["dims"]
@@ -828,6 +833,93 @@ def sync(*arrays):
             a._device = _resolve(a)._device
 
 
+# What a ProgramDef's custom function may hold (kMaxDefTensors, kMaxDefSteps
+# in causeway/scheduler/program_def.h).
+_MAX_FUSED_BUFFERS = 64
+_MAX_FUSED_STEPS = 256
+
+
+def _lower_fused(b, order, wanted_refs, ref, name):
+    """Adds `order`'s nodes to program builder `b` as few calls as a def
+    allows: consecutive nodes fused into one custom function (their kernel
+    steps in order, the values that stay inside as scratch) up to 64
+    buffers and 256 steps, a collective between segments. A gang call costs
+    the same dispatch work whatever it holds, so a step of a hundred
+    operations runs as a handful of calls."""
+    later = {}  # value -> the last node index that reads it (or len(order) if wanted)
+    for i, node in enumerate(order):
+        for x in node.inputs:
+            later[ref(x)] = i
+    for r in wanted_refs:
+        later[r] = len(order)
+    functions = [None if n.op == "all_reduce" else _function(n, [x.local for x in n.inputs]) for n in order]
+
+    segment = []
+
+    def flush():
+        if not segment:
+            return
+        first, last = segment[0], segment[-1]
+        inputs, outputs, scratch, specs = [], [], [], {}
+        produced = set()
+        for i in segment:
+            f = functions[i]
+            for x, spec in zip(order[i].inputs, f.inputs):
+                r = ref(x)
+                if r not in produced and r not in specs:
+                    specs[r] = spec
+                    inputs.append(r)
+            for j, spec in enumerate(f.outputs):
+                r = ("node", i, j)
+                produced.add(r)
+                specs[r] = spec
+                (outputs if later.get(r, -1) > last else scratch).append(r)
+        index = {r: k for k, r in enumerate(inputs + outputs + scratch)}
+        extra = []  # the nodes' own scratch buffers
+        steps = []
+        for i in segment:
+            f = functions[i]
+            node_buffers = [index[ref(x)] for x in order[i].inputs]
+            node_buffers += [index[("node", i, j)] for j in range(len(f.outputs))]
+            for spec in f.scratch:
+                node_buffers.append(len(index) + len(extra))
+                extra.append(spec)
+            for step in f.steps:
+                steps.append(_cw.Step(step.kernel, [node_buffers[a] for a in step.args], step.groups,
+                                      step.push_constants, step.spec))
+        fused = _cw.custom(f"lazy.{first}-{last}", inputs=[specs[r] for r in inputs],
+                           outputs=[specs[r] for r in outputs], steps=steps,
+                           scratch=[specs[r] for r in scratch] + extra)
+        split = [order[r[1]].out_split[r[2]] for r in outputs]
+        b.call(f"fused.{first}", fused, "m", [name(r) for r in inputs], [name(r) for r in outputs],
+               [_cw.split(0) if sp else _cw.replicated() for sp in split])
+        segment.clear()
+
+    def cost(nodes):
+        buffers, steps, seen = 0, 0, set()
+        for i in nodes:
+            f = functions[i]
+            for x in order[i].inputs:
+                if ref(x) not in seen:
+                    seen.add(ref(x))
+                    buffers += 1
+            buffers += len(f.outputs) + len(f.scratch)
+            seen.update(("node", i, j) for j in range(len(f.outputs)))
+            steps += len(f.steps)
+        return buffers, steps
+
+    for i, node in enumerate(order):
+        if node.op == "all_reduce":
+            flush()
+            b.all_reduce(f"all_reduce.{i}", "m", name(ref(node.inputs[0])), f"n{i}.0")
+            continue
+        buffers, steps = cost(segment + [i])
+        if segment and (buffers > _MAX_FUSED_BUFFERS or steps > _MAX_FUSED_STEPS):
+            flush()
+        segment.append(i)
+    flush()
+
+
 def _run(wanted):
     t = _target()
     # Topological order of the recorded nodes the wanted arrays need.
@@ -875,14 +967,7 @@ def _run(wanted):
         def name(r):
             return f"in{r[1]}" if r[0] == "leaf" else f"n{r[1]}.{r[2]}"
 
-        for i, node in enumerate(order):
-            inputs = [name(ref(x)) for x in node.inputs]
-            if node.op == "all_reduce":
-                b.all_reduce(f"all_reduce.{i}", "m", inputs[0], f"n{i}.0")
-                continue
-            shardings = [_cw.split(0) if sp else _cw.replicated() for sp in node.out_split]
-            b.call(f"{node.op}.{i}", _function(node, [x.local for x in node.inputs]), "m", inputs,
-                   [f"n{i}.{j}" for j in range(len(node.outputs))], shardings)
+        _lower_fused(b, order, [ref(w) for w in wanted], ref, name)
         for w in wanted:
             b.output(name(ref(w)))
         program = t.client.load(b.build(), {"m": t.mesh})
