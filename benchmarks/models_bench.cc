@@ -4,7 +4,11 @@
 // GPipe-style pipelines of S stages with M micro-batches; then the same SPMD
 // step on island server processes through a controller, as one island of
 // all the accelerators (the baseline of this pair) against two islands of
-// half each, data parallel across them over DCN (loopback).
+// half each, data parallel across them over DCN (loopback). And the SPMD
+// step with a checkpoint after every step (models/checkpoint.h: downloaded
+// and written by a thread of its own while the next steps run) against the
+// same step without: the cost of one checkpoint, at most, in step time; a
+// checkpoint every N steps costs at most 1/N of it.
 //
 // Every layout is built and trains 2 warm-up steps (programs built, pipelines
 // compiled); then the layouts take turns of 3 steps each, the order rotating
@@ -21,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -54,6 +59,7 @@ struct Layout {
   std::vector<int> stages;
   uint32_t micro_batches;
   int islands = 0;    // 0: in this process; else island processes, one replica each
+  bool checkpoint = false;  // a checkpoint after every step
 };
 
 // A layout being trained: its island processes and controller (for the
@@ -131,6 +137,7 @@ int Main(int argc, char** argv) {
                                  {"pipeline S=4 M=8", std::vector<int>(4, n / 4), 8},
                                  {"pipeline S=4 M=16", std::vector<int>(4, n / 4), 16}};
   if (common.quick) layouts = {layouts[0], {"pipeline S=2 M=8", std::vector<int>(2, n / 2), 8}};
+  layouts.push_back({"SPMD, checkpoints", {n}, 1, 0, true});
   if (islands) {
     layouts.push_back({"SPMD, 1 island", {n}, 1, 1});
     layouts.push_back({"SPMD, 2 islands", {n / 2}, 1, 2});
@@ -138,6 +145,10 @@ int Main(int argc, char** argv) {
   std::printf("model: %u layers, d_model %u, %u heads, d_ff %u, context %u; global batch %u; %d accelerators (%s)\n",
               config.layers, config.d_model, config.heads, config.d_ff, config.seq_len, batch, n,
               rt->accelerator(0)->info().name.c_str());
+
+  char dir_template[] = "/tmp/causeway_models_bench_XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) bench::Die("mkdtemp failed");
+  const std::string checkpoint_dir = dir_template;
 
   // Every layout is built and warmed up (2 steps: programs built, pipelines
   // compiled), then they take turns, kStepsPerTurn steps each, the order
@@ -151,6 +162,10 @@ int Main(int argc, char** argv) {
     o.config = config;
     o.layout = models::TrainLayout{batch, layout.micro_batches, static_cast<uint32_t>(std::max(layout.islands, 1))};
     o.stages = layout.stages;
+    if (layout.checkpoint) {
+      o.checkpoint_dir = checkpoint_dir;
+      o.checkpoint_every = 1;
+    }
     if (layout.islands == 0) {
       r.trainer = Must(models::Trainer::Create(local.get(), corpus, o), "Trainer::Create");
     } else {
@@ -195,6 +210,10 @@ int Main(int argc, char** argv) {
     const double base = layout.islands > 0 ? one_island : spmd;
     std::printf("%-20s %12.0f %10.3f %12.4f\n", layout.name.c_str(), rate, rate / spmd, r.loss);
     if (layout.islands > 1) std::printf("%-20s %12s %10.3f (vs 1 island)\n", "", "", rate / one_island);
+    if (layout.checkpoint) {
+      std::printf("%-20s %12s %10s a checkpoint costs %.1f%% of a step: every 50 steps, %.2f%%\n", "", "", "",
+                  100.0 * (spmd / rate - 1), 100.0 * (spmd / rate - 1) / 50);
+    }
     report.Add("train", layout.name, "tokens/s")
         .Value(rate)
         .Baseline(layout.islands > 0 ? "SPMD, 1 island" : "SPMD", base)
@@ -205,12 +224,15 @@ int Main(int argc, char** argv) {
         .Param("batch", batch)
         .Param("islands", layout.islands)
         .Param("device", device)
+        .Param("checkpoint_every", layout.checkpoint ? 1 : 0)
         .Extra("final_loss", r.loss);
   }
   std::printf(
       "tokens/s: global batch tokens over the median step time of %d steps a layout (turns of %d steps, "
       "layouts interleaved, the first step of a turn not counted).\n",
       turns * (kStepsPerTurn - 1), kStepsPerTurn);
+  running.clear();
+  std::filesystem::remove_all(checkpoint_dir);
   report.WriteOrDie(common.json);
   return 0;
 }

@@ -104,6 +104,7 @@ void MakeErrors(py::module_& m) {
   make("FailedPreconditionError", PyExc_RuntimeError,
        {absl::StatusCode::kFailedPrecondition, absl::StatusCode::kAborted, absl::StatusCode::kAlreadyExists});
   make("UnimplementedError", PyExc_NotImplementedError, {absl::StatusCode::kUnimplemented});
+  make("DataLossError", PyExc_RuntimeError, {absl::StatusCode::kDataLoss});
   e.other = make("InternalError", PyExc_RuntimeError, {});
 
   py::register_exception_translator([](std::exception_ptr p) {
@@ -734,8 +735,10 @@ void BindModels(py::module_& m) {
   py::class_<models::Trainer>(m, "Trainer", "The C++ trainer of the benchmark model, on a client's island.")
       .def(py::init([](const ClientPtr& client, const models::TextCorpus& corpus, uint32_t d_model,
                        uint32_t heads, uint32_t d_ff, uint32_t layers, uint32_t seq_len, uint32_t batch,
-                       uint64_t seed, float lr) {
+                       uint64_t seed, float lr, std::string checkpoint_dir, uint64_t checkpoint_every) {
              models::TrainOptions options;
+             options.checkpoint_dir = std::move(checkpoint_dir);
+             options.checkpoint_every = checkpoint_every;
              options.config = ModelConfig(static_cast<uint32_t>(corpus.vocab().size()), d_model, heads, d_ff,
                                           layers, seq_len);
              options.layout.batch = batch;
@@ -746,14 +749,34 @@ void BindModels(py::module_& m) {
            }),
            py::arg("client"), py::arg("corpus"), py::arg("d_model"), py::arg("heads"), py::arg("d_ff"),
            py::arg("layers"), py::arg("seq_len"), py::arg("batch"), py::arg("seed") = 1,
-           py::arg("lr") = 1e-3f, py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
+           py::arg("lr") = 1e-3f, py::arg("checkpoint_dir") = "", py::arg("checkpoint_every") = 0,
+           py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
       .def(
           "train",
           [](models::Trainer& t, uint64_t steps) {
             py::gil_scoped_release unlocked;
             return Take(t.Train(steps));
           },
-          py::arg("steps"), "Runs `steps` steps; their mean losses.");
+          py::arg("steps"), "Runs `steps` steps; their mean losses.")
+      .def(
+          "restore",
+          [](models::Trainer& t, const std::string& path) {
+            py::gil_scoped_release unlocked;
+            models::CheckpointState state = Take(models::ReadCheckpoint(path));
+            Check(t.Restore(state));
+          },
+          py::arg("path"),
+          "Continues from the newest checkpoint in directory `path` (or the checkpoint file `path`), "
+          "written by any layout.")
+      .def(
+          "save_checkpoint",
+          [](models::Trainer& t) {
+            py::gil_scoped_release unlocked;
+            Check(t.SaveCheckpoint());
+          },
+          "Writes a checkpoint of the steps so far into checkpoint_dir now.")
+      .def_property_readonly("steps_done", &models::Trainer::steps_done)
+      .def_property_readonly("checkpointed_step", &models::Trainer::checkpointed_step);
 }
 
 void Bind(py::module_& m) {

@@ -101,7 +101,7 @@ const Suite kSuites[] = {
     {"matmul", "causeway_matmul_bench", "GEMM kernels in GFLOP/s against OpenBLAS sgemm on the same cores"},
     {"models", "causeway_models_bench",
      "the language model's training tokens/s: SPMD against GPipe pipelines and two islands (Pathways' Table "
-     "2)"},
+     "2), and with a checkpoint every step"},
 };
 
 // A plot of one group of a suite's results. Bars (x_param empty): one

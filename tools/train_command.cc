@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -17,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "causeway/base/env.h"
+#include "causeway/base/fault_injection.h"
 #include "causeway/client/local_client.h"
 #include "causeway/client/remote_client.h"
 #include "causeway/distributed/controller.h"
@@ -86,6 +91,17 @@ int TrainCommand(const std::vector<std::string>& args) {
   specs.push_back({"connect", "data parallel across running island servers (HOST:PORT,...; see causeway island)",
                    ""});
   specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
+  specs.push_back(
+      {"losses", "write each step's loss to this file (\"STEP LOSS\" lines, full precision)", ""});
+  specs.push_back({"checkpoint",
+                   "write checkpoints into this directory (weights, Adam moments, step, data "
+                   "position), every --checkpoint-every steps and at the end",
+                   ""});
+  specs.push_back({"checkpoint-every", "steps between checkpoints (--checkpoint)", "50"});
+  specs.push_back({"resume",
+                   "continue from the newest checkpoint in this directory (or this checkpoint file) up to "
+                   "--steps in all, on any layout; model flags not given come from it",
+                   ""});
   specs.push_back({"deadline",
                    "fail a step (or evaluation batch) that takes longer (e.g. 10s), naming its kernel and "
                    "accelerator; an accelerator its work still holds is quarantined",
@@ -114,11 +130,13 @@ int TrainCommand(const std::vector<std::string>& args) {
     int64_t min, max;
     int64_t value = 0;
   };
-  std::vector<IntFlag> ints = {{"steps", 1, 1000000},      {"stages", 1, 64},    {"micro-batches", 1, 1024},
-                               {"batch", 1, 65536},        {"seq-len", 1, 4096}, {"layers", 1, 256},
-                               {"d-model", 1, 8192},       {"heads", 1, 1024},   {"d-ff", 1, 65536},
-                               {"eval-batches", 1, 10000}, {"seed", 0, INT64_MAX}, {"trace-steps", 0, 1000000},
-                               {"islands", 1, 64}};
+  std::vector<IntFlag> ints = {{"steps", 1, 1000000},      {"stages", 1, 64},
+                               {"micro-batches", 1, 1024}, {"batch", 1, 65536},
+                               {"seq-len", 1, 4096},       {"layers", 1, 256},
+                               {"d-model", 1, 8192},       {"heads", 1, 1024},
+                               {"d-ff", 1, 65536},         {"eval-batches", 1, 10000},
+                               {"seed", 0, INT64_MAX},     {"trace-steps", 0, 1000000},
+                               {"islands", 1, 64},         {"checkpoint-every", 1, 1000000}};
   for (IntFlag& f : ints) {
     auto v = flags.Int(f.name);
     if (!v.ok()) return fail(v.status(), 2);
@@ -140,6 +158,9 @@ int TrainCommand(const std::vector<std::string>& args) {
   const std::string corpus_path = flags.Has("corpus") ? flags.Get("corpus") : DefaultCorpus();
   const std::string trace_path = flags.Has("trace") ? flags.Get("trace") : "causeway-train.trace.json";
 
+  if (std::optional<std::string> fault = EnvValue("CAUSEWAY_FAULT"); fault.has_value()) {
+    if (absl::Status s = ArmFaultFromString(*fault); !s.ok()) return fail(s, 2);
+  }
   auto corpus = models::TextCorpus::Load(corpus_path);
   if (!corpus.ok()) return fail(corpus.status(), 1);
 
@@ -153,6 +174,46 @@ int TrainCommand(const std::vector<std::string>& args) {
   options.layout.micro_batches = layout == "pipeline" ? static_cast<uint32_t>(get("micro-batches")) : 1;
   options.adam.lr = static_cast<float>(lr);
   options.seed = static_cast<uint64_t>(get("seed"));
+  if (flags.Has("checkpoint")) {
+    options.checkpoint_dir = flags.Get("checkpoint");
+    options.checkpoint_every = static_cast<uint64_t>(get("checkpoint-every"));
+  } else if (flags.Has("checkpoint-every")) {
+    return fail(absl::InvalidArgumentError("--checkpoint-every needs --checkpoint DIR"), 2);
+  }
+  // A checkpoint to continue from: the model, batch, learning rate and seed
+  // it was trained with, unless given; a model flag that differs is an error.
+  std::optional<models::CheckpointState> resume;
+  if (flags.Has("resume")) {
+    auto read = models::ReadCheckpoint(flags.Get("resume"));
+    if (!read.ok()) return fail(read.status(), 1);
+    resume = *std::move(read);
+    if (resume->vocabulary != corpus->vocab().chars()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+                      "the checkpoint in ", flags.Get("resume"),
+                      " was trained on another corpus: its vocabulary of ", resume->vocabulary.size(),
+                      " characters differs from the ", corpus->vocab().size(), " of ", corpus_path)),
+                  2);
+    }
+    const models::TransformerConfig& c = resume->config;
+    for (auto [flag, value, field] : {std::tuple{"d-model", c.d_model, &options.config.d_model},
+                                      std::tuple{"heads", c.heads, &options.config.heads},
+                                      std::tuple{"d-ff", c.d_ff, &options.config.d_ff},
+                                      std::tuple{"layers", c.layers, &options.config.layers},
+                                      std::tuple{"seq-len", c.seq_len, &options.config.seq_len}}) {
+      if (flags.Has(flag) && *field != value) {
+        return fail(
+            absl::InvalidArgumentError(absl::StrCat("--", flag, " ", *field, " differs from the ", value,
+                                                    " of the checkpoint in ", flags.Get("resume"))),
+            2);
+      }
+      *field = value;
+    }
+    options.config.vocab = c.vocab;
+    options.config.ln_eps = c.ln_eps;
+    if (!flags.Has("batch")) options.layout.batch = resume->batch;
+    if (!flags.Has("lr")) options.adam = resume->adam;
+    if (!flags.Has("seed")) options.seed = resume->seed;
+  }
   options.eval_batches = static_cast<uint32_t>(get("eval-batches"));
   if (flags.Has("deadline")) {
     auto deadline = flags.Duration("deadline");
@@ -245,24 +306,50 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::printf("layout: %s; batch %u%s\n", where.c_str(), o.layout.batch,
               layout == "pipeline" ? absl::StrCat(" in ", o.layout.micro_batches, " micro-batches").c_str() : "");
 
-  const uint64_t steps = static_cast<uint64_t>(get("steps"));
+  const uint64_t first = resume ? resume->step : 0;
+  if (resume) {
+    if (resume->step >= static_cast<uint64_t>(get("steps"))) {
+      return fail(absl::InvalidArgumentError(
+                      absl::StrCat("the checkpoint in ", flags.Get("resume"), " is at step ", resume->step,
+                                   "; --steps ", get("steps"), " (steps in all) leaves none to train")),
+                  2);
+    }
+    if (absl::Status s = trainer->Restore(*resume); !s.ok()) return fail(s, 1);
+    std::printf("resumed: step %llu from %s (written by %s)\n", static_cast<unsigned long long>(first),
+                flags.Get("resume").c_str(), resume->layout.c_str());
+  }
+  const uint64_t total = static_cast<uint64_t>(get("steps"));
+  const uint64_t steps = total - first;  // to run here
   // Island processes trace on their own (causeway island --trace).
   const uint64_t traced =
       remote ? 0 : std::min<uint64_t>(static_cast<uint64_t>(get("trace-steps")), steps - 1);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> losses_file(nullptr, &std::fclose);
+  if (flags.Has("losses")) {
+    losses_file.reset(std::fopen(flags.Get("losses").c_str(), "w"));
+    if (losses_file == nullptr) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--losses: cannot write ", flags.Get("losses"),
+                                                          ": ", std::strerror(errno))),
+                  1);
+    }
+  }
   const bool tty = isatty(STDOUT_FILENO);
   std::vector<double> rates, losses;
   auto progress = [&](const models::StepReport& r) {
     const double rate = r.seconds > 0 ? r.tokens / r.seconds : 0;
     losses.push_back(r.loss);
-    if (r.step > 1 && r.step <= steps - traced) rates.push_back(rate);  // untraced, past the first
+    if (losses_file != nullptr)
+      std::fprintf(losses_file.get(), "%llu %.17g\n", static_cast<unsigned long long>(r.step), r.loss);
+    // Untraced, past the first.
+    if (r.step > first + 1 && r.step <= total - traced) rates.push_back(rate);
     if (tty) {
-      std::printf("\r[%s] step %llu/%llu  loss %.4f  %8.0f tokens/s ", Bar(double(r.step) / steps, 30).c_str(),
-                  static_cast<unsigned long long>(r.step), static_cast<unsigned long long>(steps), r.loss, rate);
-      if (r.step == steps) std::printf("\n");
+      std::printf("\r[%s] step %llu/%llu  loss %.4f  %8.0f tokens/s ",
+                  Bar(double(r.step) / total, 30).c_str(), static_cast<unsigned long long>(r.step),
+                  static_cast<unsigned long long>(total), r.loss, rate);
+      if (r.step == total) std::printf("\n");
       std::fflush(stdout);
-    } else if (r.step == 1 || r.step % 10 == 0 || r.step == steps) {
+    } else if (r.step == first + 1 || r.step % 10 == 0 || r.step == total) {
       std::printf("step %llu/%llu  loss %.4f  %.0f tokens/s\n", static_cast<unsigned long long>(r.step),
-                  static_cast<unsigned long long>(steps), r.loss, rate);
+                  static_cast<unsigned long long>(total), r.loss, rate);
       std::fflush(stdout);
     }
   };
@@ -277,6 +364,16 @@ int TrainCommand(const std::vector<std::string>& args) {
     if (absl::Status s = (*session)->Finish(); !s.ok()) return fail(s, 1);
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (losses_file != nullptr && std::fclose(losses_file.release()) != 0) {
+    return fail(absl::InternalError(absl::StrCat("--losses: writing ", flags.Get("losses"), " failed")), 1);
+  }
+  if (!o.checkpoint_dir.empty() && trainer->checkpointed_step() != trainer->steps_done()) {
+    if (absl::Status s = trainer->SaveCheckpoint(); !s.ok()) return fail(s, 1);
+  }
+  if (!o.checkpoint_dir.empty()) {
+    std::printf("checkpoint: step %llu in %s\n",
+                static_cast<unsigned long long>(trainer->checkpointed_step()), o.checkpoint_dir.c_str());
+  }
   auto held_out = trainer->Evaluate();
   if (!held_out.ok()) return fail(held_out.status(), 1);
 
@@ -286,8 +383,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::sort(rates.begin(), rates.end());
   const double rate = rates.empty() ? 0 : rates[rates.size() / 2];
   std::printf("\nsummary\n");
-  std::printf("  training loss     %.4f (mean of the last %zu steps; step 1: %.4f)\n", train_loss, tail,
-              losses.front());
+  std::printf("  training loss     %.4f (mean of the last %zu steps; step %llu: %.4f)\n", train_loss, tail,
+              static_cast<unsigned long long>(first + 1), losses.front());
   std::printf("  held-out loss     %.4f (%u batches of %u)\n", *held_out, o.eval_batches, o.layout.batch);
   std::printf("  tokens/s          %.0f (median over %zu untraced steps; %llu steps in %.1f s)\n", rate, rates.size(),
               static_cast<unsigned long long>(steps), seconds);

@@ -36,6 +36,8 @@ const char* FaultPointName(FaultPoint point) {
       return "receive";
     case FaultPoint::kDeviceWait:
       return "device-wait";
+    case FaultPoint::kFileWrite:
+      return "file-write";
   }
   return "unknown";
 }
@@ -80,8 +82,9 @@ absl::Status ArmFaultFromString(absl::string_view spec) {
       return absl::OkStatus();
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("fault '", spec, "': unknown point '", parts.first,
-                                                 "'; expected allocation, submission, send or receive"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("fault '", spec, "': unknown point '", parts.first,
+                   "'; expected allocation, submission, send, receive, device-wait or file-write"));
 }
 
 bool ShouldInjectFault(FaultPoint point) {

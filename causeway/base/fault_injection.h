@@ -14,6 +14,8 @@
 //                returned VK_ERROR_DEVICE_LOST: that accelerator is
 //                quarantined for good (Accelerator::Quarantine), the others
 //                go on.
+//   kFileWrite   a checkpoint file's write (models/checkpoint.h), one chunk,
+//                as if the disk were full (ENOSPC).
 //
 // Process-wide and thread-safe. Off, a point costs one relaxed atomic load.
 // A process can be armed from the environment at start: CAUSEWAY_FAULT=send:7
@@ -29,9 +31,9 @@
 
 namespace causeway {
 
-enum class FaultPoint { kAllocation = 0, kSubmission, kSend, kReceive, kDeviceWait };
-inline constexpr int kFaultPointCount = 5;
-// "allocation", "submission", "send", "receive", "device-wait"
+enum class FaultPoint { kAllocation = 0, kSubmission, kSend, kReceive, kDeviceWait, kFileWrite };
+inline constexpr int kFaultPointCount = 6;
+// "allocation", "submission", "send", "receive", "device-wait", "file-write"
 const char* FaultPointName(FaultPoint point);
 
 // Starts counting calls at every point from zero, with no fault armed.
@@ -46,7 +48,7 @@ int64_t FaultPointCalls(FaultPoint point);
 // Whether the armed fault has been injected.
 bool FaultInjected();
 
-// "allocation:3", "submission:1", "send:12", "receive:5" or "device-wait:2"; InvalidArgument
+// "allocation:3", "submission:1", "send:12", "receive:5", "device-wait:2" or "file-write:1"; InvalidArgument
 // for anything else. An empty string disarms.
 absl::Status ArmFaultFromString(absl::string_view spec);
 

@@ -78,6 +78,10 @@ class BatchSampler {
   // InvalidArgument if the tokens are too few for one window of seq_len + 1
   // or batch or seq_len is 0.
   absl::StatusOr<TokenBatch> Next();
+  // Where the sampler is in its sequence: a sampler given back the state
+  // of another over the same tokens and sizes draws the same batches next.
+  uint64_t state() const { return state_; }
+  void set_state(uint64_t state) { state_ = state; }
 
  private:
   absl::Span<const int32_t> tokens_;

@@ -1,9 +1,13 @@
 #include "causeway/models/trainer.h"
 
+#include <atomic>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "causeway/base/status.h"
 
@@ -105,10 +109,33 @@ class Trainer::Arrays {
     return sum;
   }
 
-  // Drops the array (runs queued before still read it).
+  // The array and the run that writes it, kept until Unpin (Release waits
+  // for it), for another thread to download through client().
+  absl::StatusOr<std::pair<client::Array, std::optional<Future<>>>> Pin(Handle handle) {
+    CAUSEWAY_ASSIGN_OR_RETURN(Stored s, Get(handle));
+    ++pins_[handle];
+    return std::pair{std::move(s.array), std::move(s.written)};
+  }
+  void Unpin(Handle handle) {
+    auto it = pins_.find(handle);
+    if (it == pins_.end() || --it->second > 0) return;
+    pins_.erase(it);
+    if (released_.erase(handle) > 0) Release(handle).IgnoreError();
+  }
+  client::Client* client() const { return client_; }
+  absl::Duration timeout() const { return timeout_; }
+
+  // Drops the array (runs queued before still read it); a pinned one once
+  // it is unpinned.
   absl::Status Release(Handle handle) {
     auto it = arrays_.find(handle);
-    if (it == arrays_.end()) return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    if (it == arrays_.end() || released_.contains(handle)) {
+      return absl::NotFoundError(absl::StrCat("trainer: no array ", handle));
+    }
+    if (pins_.contains(handle)) {
+      released_.insert(handle);
+      return absl::OkStatus();
+    }
     const client::Array array = it->second.array;
     arrays_.erase(it);
     return client_->Release(array);
@@ -127,6 +154,10 @@ class Trainer::Arrays {
 
   client::Client* client_;
   const absl::Duration timeout_;
+  // Arrays a checkpoint still reads, by count, and those of them released
+  // meanwhile.
+  absl::flat_hash_map<Handle, int> pins_;
+  absl::flat_hash_set<Handle> released_;
   std::optional<DeviceCapabilities> device_;
   std::vector<client::Mesh> meshes_;
   std::vector<std::shared_ptr<client::LoadedProgram>> programs_;
@@ -140,7 +171,40 @@ Trainer::Trainer(std::unique_ptr<Arrays> arrays, const TextCorpus& corpus, Train
       options_(std::move(options)),
       sampler_(corpus.train(), options_.layout.batch, options_.config.seq_len, options_.seed) {}
 
+// A checkpoint's arrays (pinned until it is done), downloaded and written
+// by `thread`, which sets `status` and then `done`.
+struct Trainer::InFlight {
+  uint64_t step = 0;
+  std::vector<Handle> pinned;
+  std::thread thread;
+  absl::Status status;
+  std::atomic<bool> done{false};
+};
+
+namespace {
+
+using PinnedArray = std::pair<client::Array, std::optional<Future<>>>;
+
+// Fills `state`'s weights, m and v from `arrays` (weights, then m, then v,
+// each in Parameters() order), each once its run is done.
+absl::Status DownloadTensors(client::Client* client, absl::Duration timeout,
+                             const std::vector<PinnedArray>& arrays, CheckpointState& state) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const size_t per = arrays.size() / 3;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const auto& [array, written] = arrays[i];
+    if (written) CAUSEWAY_RETURN_IF_ERROR(written->AwaitStatus(deadline));
+    std::vector<float> values(NumElements(array.shape));
+    CAUSEWAY_RETURN_IF_ERROR(client->Download(array, values.data(), values.size() * sizeof(float), deadline));
+    (i < per ? state.weights : i < 2 * per ? state.m : state.v).push_back(std::move(values));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Trainer::~Trainer() {
+  CollectCheckpoint(/*wait=*/true).IgnoreError();
   for (auto* list : {&weights_, &m_, &v_}) {
     for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
   }
@@ -188,15 +252,27 @@ absl::Status Trainer::Init() {
   for (int s = 0; s < stages; ++s) eval_bound[absl::StrCat("stage", s)] = meshes_[s];
   CAUSEWAY_ASSIGN_OR_RETURN(eval_, arrays_->Load(eval, eval_bound));
 
-  const std::vector<ParameterInfo> params = Parameters(options_.config);
   const std::vector<std::vector<float>> initial = InitialParameters(options_.config, options_.seed);
-  for (auto* list : {&weights_, &m_, &v_}) list->assign(replicas, {});
+  std::vector<std::vector<float>> zeros;
+  for (const std::vector<float>& t : initial) zeros.emplace_back(t.size(), 0.0f);
+  return Upload(initial, zeros, zeros);
+}
+
+absl::Status Trainer::Upload(const std::vector<std::vector<float>>& weights,
+                             const std::vector<std::vector<float>>& m,
+                             const std::vector<std::vector<float>>& v) {
+  const uint32_t replicas = options_.layout.replicas;
+  const int stages = static_cast<int>(options_.stages.size());
+  const std::vector<ParameterInfo> params = Parameters(options_.config);
+  for (auto* list : {&weights_, &m_, &v_}) {
+    for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
+    list->assign(replicas, {});
+  }
   for (uint32_t r = 0; r < replicas; ++r) {
     for (size_t i = 0; i < params.size(); ++i) {
       const int mesh = meshes_[r * stages + step_program_.stage_of[i]];
-      const std::vector<float> zeros(initial[i].size(), 0.0f);
       for (auto [list, values] :
-           {std::pair{&weights_, &initial[i]}, std::pair{&m_, &zeros}, std::pair{&v_, &zeros}}) {
+           {std::pair{&weights_, &weights[i]}, std::pair{&m_, &m[i]}, std::pair{&v_, &v[i]}}) {
         CAUSEWAY_ASSIGN_OR_RETURN(Handle array,
                                   arrays_->Create(mesh, params[i].shape, DType::kF32, Sharding::Replicated(),
                                                   values->data(), values->size() * sizeof(float)));
@@ -205,6 +281,131 @@ absl::Status Trainer::Init() {
     }
   }
   return absl::OkStatus();
+}
+
+CheckpointState Trainer::Metadata() const {
+  CheckpointState s;
+  s.config = options_.config;
+  s.vocabulary = corpus_.vocab().chars();
+  s.adam = options_.adam;
+  s.seed = options_.seed;
+  s.step = step_;
+  s.data_state = sampler_.state();
+  s.batch = options_.layout.batch;
+  const TrainLayout& l = options_.layout;
+  s.layout = absl::StrCat(l.replicas, l.replicas == 1 ? " replica" : " replicas", " of stages {",
+                          absl::StrJoin(options_.stages, ", "), "}, ", l.micro_batches,
+                          l.micro_batches == 1 ? " micro-batch" : " micro-batches");
+  return s;
+}
+
+absl::Status Trainer::Restore(const CheckpointState& state) {
+  const TransformerConfig &want = options_.config, &got = state.config;
+  if (got.vocab != want.vocab || got.d_model != want.d_model || got.heads != want.heads ||
+      got.d_ff != want.d_ff || got.layers != want.layers || got.seq_len != want.seq_len ||
+      got.ln_eps != want.ln_eps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint of step ", state.step, " is of another model: vocab ", got.vocab, ", d_model ",
+        got.d_model, ", heads ", got.heads, ", d_ff ", got.d_ff, ", layers ", got.layers, ", seq_len ",
+        got.seq_len, "; this trainer's: vocab ", want.vocab, ", d_model ", want.d_model, ", heads ",
+        want.heads, ", d_ff ", want.d_ff, ", layers ", want.layers, ", seq_len ", want.seq_len));
+  }
+  if (state.vocabulary != corpus_.vocab().chars()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint of step ", state.step,
+                                                   " was trained on another corpus: ", "its vocabulary of ",
+                                                   state.vocabulary.size(), " characters differs from the ",
+                                                   corpus_.vocab().size(), " of ", corpus_.name()));
+  }
+  CAUSEWAY_RETURN_IF_ERROR(state.CheckTensors());
+  CAUSEWAY_RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
+  CAUSEWAY_RETURN_IF_ERROR(Upload(state.weights, state.m, state.v));
+  step_ = state.step;
+  sampler_.set_state(state.data_state);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointState> Trainer::Snapshot() {
+  CheckpointState s = Metadata();
+  std::vector<PinnedArray> arrays;
+  for (auto* list : {&weights_, &m_, &v_}) {
+    for (Handle h : (*list)[0]) {
+      CAUSEWAY_ASSIGN_OR_RETURN(PinnedArray a, arrays_->Pin(h));
+      arrays_->Unpin(h);  // read here, before anything can release it
+      arrays.push_back(std::move(a));
+    }
+  }
+  CAUSEWAY_RETURN_IF_ERROR(DownloadTensors(arrays_->client(), arrays_->timeout(), arrays, s));
+  return s;
+}
+
+absl::Status Trainer::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty())
+    return absl::FailedPreconditionError("trainer: no checkpoint directory");
+  CAUSEWAY_RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
+  CAUSEWAY_ASSIGN_OR_RETURN(CheckpointState s, Snapshot());
+  CAUSEWAY_RETURN_IF_ERROR(WriteCheckpoint(options_.checkpoint_dir, s));
+  checkpointed_step_ = s.step;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::BeginCheckpoint() {
+  CAUSEWAY_RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
+  auto flight = std::make_unique<InFlight>();
+  flight->step = step_;
+  std::vector<PinnedArray> arrays;
+  for (auto* list : {&weights_, &m_, &v_}) {
+    for (Handle h : (*list)[0]) {
+      absl::StatusOr<PinnedArray> a = arrays_->Pin(h);
+      if (!a.ok()) {
+        for (Handle p : flight->pinned) arrays_->Unpin(p);
+        return a.status();
+      }
+      flight->pinned.push_back(h);
+      arrays.push_back(*std::move(a));
+    }
+  }
+  InFlight* f = flight.get();
+  flight->thread =
+      std::thread([f, client = arrays_->client(), timeout = arrays_->timeout(), dir = options_.checkpoint_dir,
+                   state = Metadata(), arrays = std::move(arrays)]() mutable {
+        absl::Status s = DownloadTensors(client, timeout, arrays, state);
+        if (s.ok()) s = WriteCheckpoint(dir, state);
+        f->status = std::move(s);
+        f->done.store(true, std::memory_order_release);
+      });
+  checkpoint_ = std::move(flight);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CollectCheckpoint(bool wait) {
+  if (checkpoint_ == nullptr) return absl::OkStatus();
+  if (!wait && !checkpoint_->done.load(std::memory_order_acquire)) return absl::OkStatus();
+  checkpoint_->thread.join();
+  for (Handle h : checkpoint_->pinned) arrays_->Unpin(h);
+  const uint64_t step = checkpoint_->step;
+  const absl::Status status = std::move(checkpoint_->status);
+  checkpoint_.reset();
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("checkpoint of step ", step, " not written: ", status.message(),
+                                     checkpointed_step_ > 0 ? absl::StrCat(" (the checkpoint of step ",
+                                                                           checkpointed_step_, " is intact)")
+                                                            : ""));
+  }
+  checkpointed_step_ = step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Trainer::Handle>> Trainer::QueueStep() {
+  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<Handle> losses, Queue());
+  if (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0 &&
+      !options_.checkpoint_dir.empty()) {
+    if (absl::Status s = BeginCheckpoint(); !s.ok()) {
+      ReleaseAll(losses);
+      return s;
+    }
+  }
+  return losses;
 }
 
 void Trainer::ReleaseAll(const std::vector<Handle>& arrays) {
@@ -325,12 +526,12 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
   if (steps == 0) return out;
   const uint64_t tokens = uint64_t{options_.layout.batch} * options_.config.seq_len;
   absl::Time last = absl::Now();
-  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<Handle> pending, Queue());
+  CAUSEWAY_ASSIGN_OR_RETURN(std::vector<Handle> pending, QueueStep());
   for (uint64_t i = 0; i < steps; ++i) {
     // Queue the next step before reading this one's loss.
     std::vector<Handle> next;
     if (i + 1 < steps) {
-      absl::StatusOr<std::vector<Handle>> queued = Queue();
+      absl::StatusOr<std::vector<Handle>> queued = QueueStep();
       if (!queued.ok()) {
         ReleaseAll(pending);
         return queued.status();
@@ -338,9 +539,10 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
       next = *std::move(queued);
     }
     absl::StatusOr<double> loss = MeanLoss(pending, tokens);
-    if (!loss.ok()) {
+    absl::Status written = loss.ok() ? CollectCheckpoint(/*wait=*/i + 1 == steps) : absl::OkStatus();
+    if (!loss.ok() || !written.ok()) {
       ReleaseAll(next);
-      return loss.status();
+      return loss.ok() ? written : loss.status();
     }
     const absl::Time now = absl::Now();
     out.push_back(*loss);

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "causeway/client/client.h"
+#include "causeway/models/checkpoint.h"
 #include "causeway/models/text_data.h"
 #include "causeway/models/transformer.h"
 #include "causeway/scheduler/program_def.h"
@@ -47,6 +48,14 @@ struct TrainOptions {
   // accelerator, and training stops with that error (ExecuteOptions::
   // deadline). Infinite: none.
   absl::Duration run_deadline = absl::InfiniteDuration();
+  // Checkpoints (checkpoint.h) into `checkpoint_dir` every
+  // `checkpoint_every` steps (0: none). A checkpoint does not stall
+  // training: its arrays are downloaded and written by a thread of its own
+  // while the next steps run (at most one at a time). A failed write fails
+  // Train at the next step it reaches, the directory's previous checkpoint
+  // intact; when Train returns, its checkpoints are on disk.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
 };
 
 struct StepReport {
@@ -83,16 +92,49 @@ class Trainer {
   // `replica` (every replica holds the same values).
   absl::StatusOr<std::vector<std::vector<float>>> Weights(int replica = 0) const;
 
+  // Continues from `state` (checkpoint.h): its weights, Adam moments,
+  // step and data position replace the trainer's on every replica, in this
+  // trainer's layout, whatever layout wrote it. The same layout then trains
+  // bit for bit as the run that wrote it would have. InvalidArgument naming
+  // the difference if it is of another model (config) or corpus
+  // (vocabulary). The trainer's own options (Adam, batch) stay.
+  absl::Status Restore(const CheckpointState& state);
+
+  // The state after the steps queued so far (waits for them), from
+  // replica 0.
+  absl::StatusOr<CheckpointState> Snapshot();
+
+  // Writes Snapshot() into options().checkpoint_dir now, after any
+  // checkpoint in flight.
+  absl::Status SaveCheckpoint();
+
   const TrainOptions& options() const { return options_; }
   uint64_t steps_done() const { return step_; }
+  // The step of the newest checkpoint this trainer has written (0: none).
+  uint64_t checkpointed_step() const { return checkpointed_step_; }
 
  private:
   // The client's arrays by handle, with the run that writes each (trainer.cc).
   class Arrays;
+  // A checkpoint being downloaded and written (trainer.cc).
+  struct InFlight;
   using Handle = uint64_t;
 
   Trainer(std::unique_ptr<Arrays> arrays, const TextCorpus& corpus, TrainOptions options);
   absl::Status Init();
+  // Uploads weights, m and v (Parameters() order) to every replica,
+  // replacing (releasing) what it held.
+  absl::Status Upload(const std::vector<std::vector<float>>& weights,
+                      const std::vector<std::vector<float>>& m, const std::vector<std::vector<float>>& v);
+  // Queue(), then a checkpoint if the step is one to keep.
+  absl::StatusOr<std::vector<Handle>> QueueStep();
+  // Starts a checkpoint of the current arrays on a thread of its own.
+  absl::Status BeginCheckpoint();
+  // The checkpoint in flight's result once it is done (`wait`: waits for
+  // it); OK when none is in flight or it is not done.
+  absl::Status CollectCheckpoint(bool wait);
+  // The state's metadata as of now (tensors empty).
+  CheckpointState Metadata() const;
   // Queues step step_ + 1 with the next batch; returns its loss outputs.
   absl::StatusOr<std::vector<Handle>> Queue();
   absl::StatusOr<double> MeanLoss(const std::vector<Handle>& losses, uint64_t tokens);
@@ -111,6 +153,8 @@ class Trainer {
   // Parameters() order.
   std::vector<std::vector<Handle>> weights_, m_, v_;
   uint64_t step_ = 0;
+  std::unique_ptr<InFlight> checkpoint_;
+  uint64_t checkpointed_step_ = 0;
 };
 
 }  // namespace causeway::models

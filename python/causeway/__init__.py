@@ -30,6 +30,7 @@ import contextlib as _contextlib
 from ._causeway import (  # noqa: F401  (the package's names)
     Array,
     CancelledError,
+    DataLossError,
     Client,
     DeadlineExceededError,
     Device,
@@ -70,7 +71,7 @@ from ._causeway import TraceSession as _TraceSession
 from . import lazy  # noqa: E402,F401  (causeway.lazy)
 
 __all__ = [
-    "Array", "CancelledError", "Client", "DeadlineExceededError", "Device", "Error",
+    "Array", "CancelledError", "Client", "DataLossError", "DeadlineExceededError", "Device", "Error",
     "FailedPreconditionError", "Function", "FunctionBuilder", "Future", "InternalError", "InvalidArgumentError",
     "Kernel", "Mesh", "NotFoundError", "OpPlan", "PermissionDeniedError", "Program", "ProgramBuilder",
     "ProgramDef", "ProgramFile", "ResourceExhaustedError", "Sharding", "Step",

@@ -310,7 +310,9 @@ TEST(FaultInjectionTest, EachDeviceWaitOfAProgramLosesOneAcceleratorAndNothingEl
     }
     EXPECT_EQ(lost.size(), 1u) << absl::StrJoin(lost, "; ");
     // The first wait is on work every later step of the episode needs.
-    if (n == 1) EXPECT_FALSE(status.ok()) << "the first device wait's loss did not reach the controller";
+    if (n == 1) {
+      EXPECT_FALSE(status.ok()) << "the first device wait's loss did not reach the controller";
+    }
     if (!status.ok()) {
       ++failed;
       EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;

@@ -400,3 +400,26 @@ def test_functions_of_kernel_library_operations_match_numpy(local):
         bad.add(causeway.ops.bias_gelu(rows, ff), [a, a, out]).build()
     with pytest.raises(ValueError):
         causeway.ops.gemm(0, 4, 4)
+
+
+def test_trainer_checkpoints_and_resumes_bit_for_bit(local, tmp_path):
+    corpus = causeway.models.TextCorpus.load(str(source_dir() / "data" / "kjv-genesis-exodus.txt"))
+    model = dict(d_model=16, heads=2, d_ff=32, layers=1, seq_len=8, batch=4)
+    plain = causeway.models.Trainer(local, corpus, **model)
+    want = plain.train(4)
+    writer = causeway.models.Trainer(local, corpus, **model, checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    assert writer.train(2) == want[:2]
+    assert writer.checkpointed_step == 2
+    resumed = causeway.models.Trainer(local, corpus, **model)
+    resumed.restore(str(tmp_path))
+    assert resumed.steps_done == 2
+    assert resumed.train(2) == want[2:]
+    # A corrupt checkpoint is refused, naming the file.
+    ckpt = tmp_path / "step-00000002.ckpt"
+    data = bytearray(ckpt.read_bytes())
+    data[-100] ^= 1
+    ckpt.write_bytes(bytes(data))
+    with pytest.raises(causeway.DataLossError, match="step-00000002.ckpt: corrupt"):
+        resumed.restore(str(tmp_path))
+    with pytest.raises(causeway.NotFoundError, match="no checkpoint"):
+        resumed.restore(str(tmp_path / "missing"))
