@@ -1,5 +1,7 @@
 #include "tools/build_paths.h"
 
+#include <filesystem>
+
 namespace causeway::cli {
 
 std::string SourceDirectory() { return CAUSEWAY_SOURCE_DIR; }
@@ -11,6 +13,14 @@ std::string BuiltBenchDirectory() {
 #else
   return "";
 #endif
+}
+
+std::string ShippedCorpus() {
+  for (const std::string& dir : {SourceDirectory() + "/data", DataDirectory()}) {
+    const std::string path = dir + "/kjv-genesis-exodus.txt";
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "data/kjv-genesis-exodus.txt";
 }
 
 }  // namespace causeway::cli

@@ -16,6 +16,9 @@ std::string DataDirectory();
 std::string LibexecDirectory();
 // The build tree's benchmark binaries; "" when it was built without them.
 std::string BuiltBenchDirectory();
+// The shipped corpus (data/kjv-genesis-exodus.txt): beside the source tree,
+// or installed in DataDirectory().
+std::string ShippedCorpus();
 
 }  // namespace causeway::cli
 

@@ -46,6 +46,8 @@
 #include "causeway/scheduler/program_def.pb.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/process_usage.h"
+#include "tools/soak_train.h"
 
 namespace causeway::cli {
 namespace {
@@ -78,37 +80,18 @@ constexpr char kUsage[] =
     "The runtime flags (--device, --validation, ...) go to the islands (with --local,\n"
     "to this process's; not with --connect); --accelerators is per island (default 2:\n"
     "the program's meshes are two accelerators each).\n"
+    "With --train, the two islands train the language model instead, elastically\n"
+    "(one replica each, the batch re-split over the islands alive); a killed island\n"
+    "starts again at its address and is admitted back within --admit-every steps.\n"
+    "Exits 1 if a step is lost or repeated, the loss diverges or does not fall,\n"
+    "training fails, or descriptors or memory grow.\n"
     "Durations are written 30s, 10m, 1h30m.\n\n";
 
-// What the flat check allows after the warm-up.
-//
 // Descriptors: each client holds one socket per island while connected and
 // none while it reconnects, so a sample taken while every client was between
 // controllers sees two per client fewer than one taken while all are
-// connected; beyond that (and at least 8), any growth is a leak.
+// connected; beyond that, any growth is a leak (process_usage.h).
 constexpr int kFdAllowancePerClient = 2;
-constexpr int kFdAllowanceLeast = 8;
-// Memory: a client's host data per run (inputs, outputs, references) is
-// about 7 n^2 floats, 112 KiB at n = 64, and clients run thousands of
-// programs a minute, so a leak of anything a run makes goes past 64 MiB in
-// minutes. Below that, RSS moves for reasons that are not leaks: malloc's
-// arenas (one per thread, up to 8 per core, which reconnects' new threads
-// may touch for the first time late in a run) and heap fragmentation.
-constexpr int64_t kRssAllowanceKib = 64 * 1024;
-// Under AddressSanitizer freed memory waits in a quarantine (256 MiB by
-// default) and ThreadSanitizer keeps a history per thread, so RSS climbs
-// with no leak at all: there only descriptors are checked.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kCheckRss = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kCheckRss = false;
-#else
-constexpr bool kCheckRss = true;
-#endif
-#else
-constexpr bool kCheckRss = true;
-#endif
 
 // The program every client runs, over mesh "a" (island 0) and mesh "b"
 // (island 1) of two accelerators each, on n x n floats:
@@ -468,30 +451,6 @@ class SoakClient {
 
 // A process's resident memory, descriptors and threads from /proc (-1 where
 // unreadable: an island between a kill and its restart).
-struct Usage {
-  int64_t rss_kib = -1;
-  int fds = -1;
-  int threads = -1;
-};
-Usage ReadUsage(const std::string& proc) {
-  Usage u;
-  std::ifstream status(proc + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    int64_t v = 0;
-    if (std::sscanf(line.c_str(), "VmRSS: %" SCNd64, &v) == 1) u.rss_kib = v;
-    if (std::sscanf(line.c_str(), "Threads: %" SCNd64, &v) == 1) u.threads = static_cast<int>(v);
-  }
-  std::error_code ec;
-  int fds = 0;
-  for (auto it = std::filesystem::directory_iterator(proc + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++fds;
-  }
-  if (!ec) u.fds = fds;
-  return u;
-}
-
 // How the process `pid`, a child, ended ("exited with status 66", "was
 // killed by signal 11"), or "" while it runs. Leaves it unreaped, for its
 // IslandProcess to reap.
@@ -510,11 +469,6 @@ struct Sample {
   std::vector<Usage> islands;
   int64_t ok = 0, errors = 0;
 };
-
-std::string Mib(int64_t kib) {
-  return kib < 0 ? "-" : absl::StrFormat("%.1f", static_cast<double>(kib) / 1024);
-}
-std::string Count(int v) { return v < 0 ? "-" : absl::StrCat(v); }
 
 }  // namespace
 
@@ -541,6 +495,11 @@ int SoakCommand(const std::vector<std::string>& args) {
   specs.push_back(
       {"connect", "the clients run on these two running islands (HOST:PORT,HOST:PORT); no kills", ""});
   specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
+  specs.push_back({"train",
+                   "train the language model elastically on the two islands instead of running programs", "",
+                   true});
+  specs.push_back(
+      {"admit-every", "--train: steps between the boundaries at which a restarted island is admitted", "5"});
   Flags flags(specs);
   auto fail = [](const absl::Status& s, int code) { return Fail("soak", s, code); };
   if (auto done = StartCommand("soak", kUsage, flags, args)) return *done;
@@ -645,6 +604,24 @@ int SoakCommand(const std::vector<std::string>& args) {
     island_args.push_back(spec.boolean ? absl::StrCat(flags.Bool(spec.name) ? "--" : "--no-", spec.name)
                                        : absl::StrCat("--", spec.name, "=", flags.Get(spec.name)));
   }
+  if (flags.Bool("train")) {
+    for (const char* name : {"local", "connect", "clients", "in-flight", "size", "deadline"}) {
+      if (flags.Has(name)) {
+        return fail(absl::InvalidArgumentError(absl::StrCat("--", name, " is not for --train")), 2);
+      }
+    }
+    TrainSoakSettings settings{duration, kill_min, kill_max, settle, report_every, timeout};
+    settings.seed = static_cast<uint64_t>(seed.value);
+    settings.island_args = island_args;
+    auto admit_every = flags.Int("admit-every");
+    if (!admit_every.ok()) return fail(admit_every.status(), 2);
+    if (*admit_every < 1 || *admit_every > 1000000) {
+      return fail(absl::InvalidArgumentError("--admit-every must be in 1..1000000"), 2);
+    }
+    settings.admit_every = static_cast<uint64_t>(*admit_every);
+    return TrainSoak(settings);
+  }
+  if (flags.Has("admit-every")) return fail(absl::InvalidArgumentError("--admit-every is for --train"), 2);
   auto trace = flags.StartTrace();
   if (!trace.ok()) return fail(trace.status(), 2);
 
@@ -884,9 +861,6 @@ int SoakCommand(const std::vector<std::string>& args) {
     std::printf("\n");
   }
 
-  // Flat: the last third's highest against the first sample after the
-  // warm-up (the first quarter, in which connections, caches and arenas
-  // reach their working size).
   std::vector<std::string> failures;
   if (!restart_failed.ok())
     failures.push_back(absl::StrCat("an island did not start again: ", restart_failed.message()));
@@ -894,54 +868,16 @@ int SoakCommand(const std::vector<std::string>& args) {
     failures.push_back(absl::StrCat(deaths, " unexpected island exits (first: ", first_death, ")"));
   if (counts.wrong > 0) failures.push_back(absl::StrCat(counts.wrong, " wrong results"));
   if (counts.unresolved > 0) failures.push_back(absl::StrCat(counts.unresolved, " unresolved futures"));
-  const double warm = absl::ToDoubleSeconds(duration) / 4, tail = absl::ToDoubleSeconds(duration) * 2 / 3;
-  const Sample* base = nullptr;
-  for (const Sample& s : samples) {
-    if (s.seconds >= warm) {
-      base = &s;
-      break;
-    }
-  }
-  const int fd_allowance =
-      std::max<int>(kFdAllowanceLeast, kFdAllowancePerClient * static_cast<int>(clients.value));
-  int max_fds = -1;
-  int64_t max_rss = -1;
-  for (const Sample& s : samples) {
-    if (&s == base || s.seconds < tail) continue;
-    max_fds = std::max(max_fds, s.self.fds);
-    max_rss = std::max(max_rss, s.self.rss_kib);
-  }
-  std::string flat;
-  if (base == nullptr || max_fds < 0) {
-    flat = absl::StrCat("not checked: no samples after the warm-up and in the last third (--report-every ",
-                        absl::FormatDuration(report_every), " for --duration ",
-                        absl::FormatDuration(duration), ")");
-  } else {
-    flat = absl::StrFormat("fds %d -> at most %d (allowed +%d), RSS %s -> at most %s MiB %s", base->self.fds,
-                           max_fds, fd_allowance, Mib(base->self.rss_kib), Mib(max_rss),
-                           kCheckRss ? absl::StrCat("(allowed +", Mib(kRssAllowanceKib), ")")
-                                     : "(not checked: a sanitizer's allocator holds memory)");
-    if (max_fds > base->self.fds + fd_allowance) {
-      failures.push_back(absl::StrCat("descriptors grew from ", base->self.fds, " to ", max_fds));
-    }
-    if (kCheckRss && max_rss > base->self.rss_kib + kRssAllowanceKib) {
-      failures.push_back(
-          absl::StrCat("RSS grew from ", Mib(base->self.rss_kib), " to ", Mib(max_rss), " MiB"));
-    }
-  }
+  std::vector<UsageSample> usage;
+  for (const Sample& s : samples) usage.push_back({s.seconds, s.self});
+  const std::string flat = CheckFlat(usage, duration, report_every,
+                                     kFdAllowancePerClient * static_cast<int>(clients.value), failures);
   std::printf("\n  flat                      %s\n\n", flat.c_str());
-  std::printf("soak: %s: %.0f s, %" PRId64 " programs ok (%" PRId64 " after the last kill), %" PRId64
-              " errors, %" PRId64 " kills, %" PRId64 " restarts, %" PRId64 " wrong, %" PRId64
-              " unresolved%s\n",
-              failures.empty() ? "PASS" : "FAIL", seconds, counts.ok, counts.ok_since_last_kill,
-              counts.errors, kills, restarts, counts.wrong, counts.unresolved,
-              failures.empty() ? "" : absl::StrCat("; ", absl::StrJoin(failures, "; ")).c_str());
-  std::fflush(stdout);
-  if (!failures.empty()) {
-    std::fprintf(stderr, "causeway soak: %s\n", absl::StrJoin(failures, "; ").c_str());
-    return 1;
-  }
-  return 0;
+  return SoakVerdict(absl::StrFormat("%.0f s, %d programs ok (%d after the last kill), %d errors, %d kills, "
+                                     "%d restarts, %d wrong, %d unresolved",
+                                     seconds, counts.ok, counts.ok_since_last_kill, counts.errors, kills,
+                                     restarts, counts.wrong, counts.unresolved),
+                     failures);
 }
 
 }  // namespace causeway::cli

@@ -26,6 +26,7 @@
 #include "causeway/client/remote_client.h"
 #include "causeway/distributed/controller.h"
 #include "causeway/distributed/island_process.h"
+#include "causeway/models/elastic_trainer.h"
 #include "causeway/models/trainer.h"
 #include "causeway/runtime/runtime.h"
 #include "causeway/scheduler/island.h"
@@ -36,16 +37,6 @@
 
 namespace causeway::cli {
 namespace {
-
-// The shipped corpus: beside the source tree this binary was built from, or
-// installed in <prefix>/share/causeway.
-std::string DefaultCorpus() {
-  for (const std::string& dir : {SourceDirectory() + "/data", DataDirectory()}) {
-    const std::string path = dir + "/kjv-genesis-exodus.txt";
-    if (std::filesystem::exists(path)) return path;
-  }
-  return "data/kjv-genesis-exodus.txt";
-}
 
 // "single", "dp", "pipeline": the stages of a layout on `accelerators`.
 absl::StatusOr<std::vector<int>> Stages(const std::string& layout, int accelerators, int stages) {
@@ -92,6 +83,10 @@ int TrainCommand(const std::vector<std::string>& args) {
                    ""});
   specs.push_back({"secret-file", "shared secret for --connect beyond loopback (or CAUSEWAY_SECRET)", ""});
   specs.push_back(
+      {"spares", "islands (HOST:PORT,...) to admit in place of lost ones (--islands, --connect)", ""});
+  specs.push_back({"admit-every",
+                   "steps between the boundaries at which lost islands are sought and admitted back", "10"});
+  specs.push_back(
       {"losses", "write each step's loss to this file (\"STEP LOSS\" lines, full precision)", ""});
   specs.push_back({"checkpoint",
                    "write checkpoints into this directory (weights, Adam moments, step, data "
@@ -136,7 +131,8 @@ int TrainCommand(const std::vector<std::string>& args) {
                                {"d-model", 1, 8192},       {"heads", 1, 1024},
                                {"d-ff", 1, 65536},         {"eval-batches", 1, 10000},
                                {"seed", 0, INT64_MAX},     {"trace-steps", 0, 1000000},
-                               {"islands", 1, 64},         {"checkpoint-every", 1, 1000000}};
+                               {"islands", 1, 64},         {"checkpoint-every", 1, 1000000},
+                               {"admit-every", 1, 1000000}};
   for (IntFlag& f : ints) {
     auto v = flags.Int(f.name);
     if (!v.ok()) return fail(v.status(), 2);
@@ -155,7 +151,7 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (!absl::SimpleAtod(flags.Get("lr"), &lr) || !(lr > 0)) {
     return fail(absl::InvalidArgumentError("--lr must be a number > 0"), 2);
   }
-  const std::string corpus_path = flags.Has("corpus") ? flags.Get("corpus") : DefaultCorpus();
+  const std::string corpus_path = flags.Has("corpus") ? flags.Get("corpus") : ShippedCorpus();
   const std::string trace_path = flags.Has("trace") ? flags.Get("trace") : "causeway-train.trace.json";
 
   if (std::optional<std::string> fault = EnvValue("CAUSEWAY_FAULT"); fault.has_value()) {
@@ -227,6 +223,8 @@ int TrainCommand(const std::vector<std::string>& args) {
   std::unique_ptr<Island> island;
   std::vector<std::unique_ptr<transport::IslandProcess>> processes;
   std::unique_ptr<client::Client> client;
+  models::ElasticOptions elastic_options;
+  std::vector<std::string> island_args;  // of the island processes started here
   std::string where;
   const int islands = static_cast<int>(get("islands"));
   if (islands > 1 && flags.Has("connect")) {
@@ -244,8 +242,7 @@ int TrainCommand(const std::vector<std::string>& args) {
                                                             runtime_options->accelerators, " accelerators")),
                     2);
       }
-      std::vector<std::string> island_args = {
-          absl::StrCat("--accelerators=", runtime_options->accelerators / islands)};
+      island_args = {absl::StrCat("--accelerators=", runtime_options->accelerators / islands)};
       if (!runtime_options->device.empty()) island_args.push_back(absl::StrCat("--device=", runtime_options->device));
       if (runtime_options->validation) island_args.push_back("--validation");
       for (int i = 0; i < islands; ++i) {
@@ -257,6 +254,14 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
     auto controller_options = ControllerOptionsFromFlags(flags, "train");
     if (!controller_options.ok()) return fail(controller_options.status(), 2);
+    elastic_options.islands = addresses;
+    elastic_options.spares = absl::StrSplit(flags.Get("spares"), ',', absl::SkipEmpty());
+    elastic_options.controller = *controller_options;
+    elastic_options.admit_every = static_cast<uint64_t>(get("admit-every"));
+    elastic_options.report = [](const std::string& line) {
+      std::printf("islands: %s\n", line.c_str());
+      std::fflush(stdout);
+    };
     auto connected = client::RemoteClient::Connect(addresses, *controller_options);
     if (!connected.ok()) return fail(connected.status(), 1);
     client = *std::move(connected);
@@ -293,10 +298,26 @@ int TrainCommand(const std::vector<std::string>& args) {
     where = absl::StrCat(layout, " on ", rt->size(), " accelerator", rt->size() == 1 ? "" : "s", " (",
                          absl::StrJoin(options.stages, " + "), ") of ", rt->plan().device->name);
   }
-  auto made = models::Trainer::Create(client.get(), *corpus, options);
-  if (!made.ok()) return fail(made.status(), 1);
-  std::unique_ptr<models::Trainer> trainer = *std::move(made);
-  const models::TrainOptions& o = trainer->options();
+  // Across islands, elastic: a lost island's replica drops out and a
+  // returning one is admitted (models/elastic_trainer.h).
+  std::unique_ptr<models::ElasticTrainer> elastic;
+  std::unique_ptr<models::Trainer> local_trainer;
+  if (remote) {
+    client.reset();  // it only described the islands
+    auto made = models::ElasticTrainer::Create(*corpus, options, elastic_options);
+    if (!made.ok()) return fail(made.status(), 1);
+    elastic = *std::move(made);
+  } else {
+    auto made = models::Trainer::Create(client.get(), *corpus, options);
+    if (!made.ok()) return fail(made.status(), 1);
+    local_trainer = *std::move(made);
+  }
+  // The trainer of the moment (an elastic one rebuilds its own).
+  auto trainer = [&]() -> models::Trainer* { return elastic ? &elastic->trainer() : local_trainer.get(); };
+  auto train = [&](uint64_t n, const std::function<void(const models::StepReport&)>& progress) {
+    return elastic ? elastic->Train(n, progress) : local_trainer->Train(n, progress);
+  };
+  const models::TrainOptions o = trainer()->options();
   std::printf("causeway train: %s, %zu characters (%d distinct), %.0f%% held out\n", corpus_path.c_str(),
               static_cast<size_t>(corpus->bytes()), corpus->vocab().size(),
               100.0 * static_cast<double>(corpus->held_out().size()) / static_cast<double>(corpus->bytes()));
@@ -314,7 +335,7 @@ int TrainCommand(const std::vector<std::string>& args) {
                                    "; --steps ", get("steps"), " (steps in all) leaves none to train")),
                   2);
     }
-    if (absl::Status s = trainer->Restore(*resume); !s.ok()) return fail(s, 1);
+    if (absl::Status s = trainer()->Restore(*resume); !s.ok()) return fail(s, 1);
     std::printf("resumed: step %llu from %s (written by %s)\n", static_cast<unsigned long long>(first),
                 flags.Get("resume").c_str(), resume->layout.c_str());
   }
@@ -335,6 +356,20 @@ int TrainCommand(const std::vector<std::string>& args) {
   const bool tty = isatty(STDOUT_FILENO);
   std::vector<double> rates, losses;
   auto progress = [&](const models::StepReport& r) {
+    // An island process started here that ended starts again at its
+    // address, to be admitted back at a step boundary.
+    for (size_t i = 0; i < processes.size(); ++i) {
+      std::string how;
+      if (processes[i] == nullptr || !processes[i]->Ended(&how)) continue;
+      const std::string address = processes[i]->address();
+      std::vector<std::string> args = island_args;
+      args.push_back("--listen=" + address);
+      auto again = transport::IslandProcess::Start("/proc/self/exe", absl::StrCat("island-", i), args);
+      std::printf("islands: island-%zu %s; %s\n", i, how.c_str(),
+                  again.ok() ? absl::StrCat("restarted at ", address).c_str()
+                             : absl::StrCat("not restarted: ", again.status().message()).c_str());
+      processes[i] = again.ok() ? *std::move(again) : nullptr;
+    }
     const double rate = r.seconds > 0 ? r.tokens / r.seconds : 0;
     losses.push_back(r.loss);
     if (losses_file != nullptr)
@@ -354,12 +389,12 @@ int TrainCommand(const std::vector<std::string>& args) {
     }
   };
   const absl::Time start = absl::Now();
-  auto run = trainer->Train(steps - traced, progress);
+  auto run = train(steps - traced, progress);
   if (!run.ok()) return fail(run.status(), 1);
   if (traced > 0) {
     auto session = TraceSession::Start(trace_path);
     if (!session.ok()) return fail(session.status(), 1);
-    run = trainer->Train(traced, progress);
+    run = train(traced, progress);
     if (!run.ok()) return fail(run.status(), 1);
     if (absl::Status s = (*session)->Finish(); !s.ok()) return fail(s, 1);
   }
@@ -367,14 +402,14 @@ int TrainCommand(const std::vector<std::string>& args) {
   if (losses_file != nullptr && std::fclose(losses_file.release()) != 0) {
     return fail(absl::InternalError(absl::StrCat("--losses: writing ", flags.Get("losses"), " failed")), 1);
   }
-  if (!o.checkpoint_dir.empty() && trainer->checkpointed_step() != trainer->steps_done()) {
-    if (absl::Status s = trainer->SaveCheckpoint(); !s.ok()) return fail(s, 1);
+  if (!o.checkpoint_dir.empty() && trainer()->checkpointed_step() != trainer()->steps_done()) {
+    if (absl::Status s = trainer()->SaveCheckpoint(); !s.ok()) return fail(s, 1);
   }
   if (!o.checkpoint_dir.empty()) {
     std::printf("checkpoint: step %llu in %s\n",
-                static_cast<unsigned long long>(trainer->checkpointed_step()), o.checkpoint_dir.c_str());
+                static_cast<unsigned long long>(trainer()->checkpointed_step()), o.checkpoint_dir.c_str());
   }
-  auto held_out = trainer->Evaluate();
+  auto held_out = trainer()->Evaluate();
   if (!held_out.ok()) return fail(held_out.status(), 1);
 
   const size_t tail = std::min<size_t>(10, losses.size());

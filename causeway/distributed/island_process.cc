@@ -56,6 +56,16 @@ absl::StatusOr<std::unique_ptr<IslandProcess>> IslandProcess::Start(const std::s
 
 void IslandProcess::Signal(int signal) { process_.Signal(signal); }
 
+bool IslandProcess::Ended(std::string* how) {
+  if (process_.running()) {
+    absl::StatusOr<int> status = process_.Wait(absl::Now());
+    if (!status.ok()) return false;  // still running
+    ended_ = DescribeWaitStatus(*status);
+  }
+  if (how != nullptr) *how = ended_;
+  return true;
+}
+
 int IslandProcess::Stop(absl::Duration limit) { return process_.Stop(limit); }
 
 }  // namespace causeway::transport

@@ -41,6 +41,9 @@ class IslandProcess {
   pid_t pid() const { return process_.pid(); }
   // Sends `signal` (nothing once reaped).
   void Signal(int signal);
+  // Whether the process has ended (reaping it if it has just): its wait
+  // status then, in words, in `how` (if given).
+  bool Ended(std::string* how = nullptr);
   // SIGTERM, then waits; its wait status. Still running after `limit`, it
   // is killed (SIGKILL), and the status says so.
   int Stop(absl::Duration limit = absl::InfiniteDuration());
@@ -50,6 +53,7 @@ class IslandProcess {
   Subprocess process_;
   std::string address_;
   std::string name_;
+  std::string ended_;  // DescribeWaitStatus once reaped by Ended
 };
 
 }  // namespace causeway::transport

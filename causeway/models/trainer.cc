@@ -1,5 +1,6 @@
 #include "causeway/models/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <thread>
@@ -205,6 +206,7 @@ absl::Status DownloadTensors(client::Client* client, absl::Duration timeout,
 
 Trainer::~Trainer() {
   CollectCheckpoint(/*wait=*/true).IgnoreError();
+  for (const Kept& kept : kept_) ReleaseKept(kept);
   for (auto* list : {&weights_, &m_, &v_}) {
     for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
   }
@@ -318,10 +320,63 @@ absl::Status Trainer::Restore(const CheckpointState& state) {
   }
   CAUSEWAY_RETURN_IF_ERROR(state.CheckTensors());
   CAUSEWAY_RETURN_IF_ERROR(CollectCheckpoint(/*wait=*/true));
+  for (const Kept& kept : kept_) ReleaseKept(kept);
+  kept_.clear();
   CAUSEWAY_RETURN_IF_ERROR(Upload(state.weights, state.m, state.v));
-  step_ = state.step;
+  step_ = complete_ = state.step;
   sampler_.set_state(state.data_state);
   return absl::OkStatus();
+}
+
+void Trainer::ReleaseKept(const Kept& kept) {
+  for (auto* list : {&kept.weights, &kept.m, &kept.v}) {
+    for (const std::vector<Handle>& replica : *list) ReleaseAll(replica);
+  }
+}
+
+void Trainer::StepComplete(uint64_t step) {
+  complete_ = step;
+  // States before the complete step's are no longer needed.
+  auto it = kept_.begin();
+  for (; it != kept_.end() && it->step < step; ++it) ReleaseKept(*it);
+  kept_.erase(kept_.begin(), it);
+}
+
+absl::StatusOr<CheckpointState> Trainer::LastCompleteState() {
+  CheckpointState s = Metadata();
+  s.step = complete_;
+  const std::vector<std::vector<Handle>>*weights = &weights_, *m = &m_, *v = &v_;
+  if (complete_ != step_) {
+    auto it = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.step == complete_; });
+    if (it == kept_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("trainer: the arrays after step ", complete_,
+                                                        " are gone (keep_last_complete is off)"));
+    }
+    s.data_state = it->data_state;
+    weights = &it->weights, m = &it->m, v = &it->v;
+  }
+  absl::Status last;
+  for (size_t r = 0; r < weights->size(); ++r) {
+    std::vector<PinnedArray> arrays;
+    absl::Status got;
+    for (const auto* list : {weights, m, v}) {
+      for (Handle h : (*list)[r]) {
+        absl::StatusOr<PinnedArray> a = arrays_->Pin(h);
+        if (!a.ok()) {
+          got = a.status();
+          break;
+        }
+        arrays_->Unpin(h);
+        arrays.push_back(*std::move(a));
+      }
+    }
+    CheckpointState from = s;
+    if (got.ok()) got = DownloadTensors(arrays_->client(), arrays_->timeout(), arrays, from);
+    if (got.ok()) return from;
+    last = absl::Status(got.code(), absl::StrCat("replica ", r, ": ", got.message()));
+  }
+  return absl::Status(last.code(), absl::StrCat("no replica holds step ", complete_,
+                                                " any more; the last: ", last.message()));
 }
 
 absl::StatusOr<CheckpointState> Trainer::Snapshot() {
@@ -419,6 +474,7 @@ absl::StatusOr<Trainer::Handle> Trainer::Tokens(const std::vector<int32_t>& toke
 }
 
 absl::StatusOr<std::vector<Trainer::Handle>> Trainer::Queue() {
+  const uint64_t data_state = sampler_.state();
   CAUSEWAY_ASSIGN_OR_RETURN(TokenBatch batch, sampler_.Next());
   const uint32_t micro = options_.layout.micro_batches, replicas = options_.layout.replicas;
   const int stages = static_cast<int>(options_.stages.size());
@@ -475,6 +531,10 @@ absl::StatusOr<std::vector<Trainer::Handle>> Trainer::Queue() {
         absl::StrCat("train step: ", run->size(), " outputs, expected ", step_program_.output_values.size()));
   }
   std::vector<Handle> losses, replaced;
+  if (options_.keep_last_complete) {
+    // The arrays after step_, kept until a later step is complete.
+    kept_.push_back(Kept{step_, data_state, weights_, m_, v_});
+  }
   for (size_t o = 0; o < run->size(); ++o) {
     const StepValue& value = step_program_.output_values[o];
     const Handle h = (*run)[o];
@@ -496,7 +556,7 @@ absl::StatusOr<std::vector<Trainer::Handle>> Trainer::Queue() {
         replaced.push_back(h);  // nothing a trainer keeps
         continue;
     }
-    replaced.push_back((*list)[value.replica][value.tensor]);
+    if (!options_.keep_last_complete) replaced.push_back((*list)[value.replica][value.tensor]);
     (*list)[value.replica][value.tensor] = h;
   }
   ReleaseAll(replaced);
@@ -544,6 +604,7 @@ absl::StatusOr<std::vector<double>> Trainer::Train(uint64_t steps,
       ReleaseAll(next);
       return loss.ok() ? written : loss.status();
     }
+    StepComplete(step_ - (i + 1 < steps ? 1 : 0));
     const absl::Time now = absl::Now();
     out.push_back(*loss);
     if (progress) {

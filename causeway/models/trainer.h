@@ -56,6 +56,11 @@ struct TrainOptions {
   // intact; when Train returns, its checkpoints are on disk.
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;
+  // Keeps the arrays of the last step whose loss has been read until a
+  // later one's has (up to two more copies of the weights and moments on
+  // each replica), so that LastCompleteState can rebuild training from any
+  // surviving replica after a failed step (ElasticTrainer).
+  bool keep_last_complete = false;
 };
 
 struct StepReport {
@@ -103,6 +108,12 @@ class Trainer {
   // The state after the steps queued so far (waits for them), from
   // replica 0.
   absl::StatusOr<CheckpointState> Snapshot();
+
+  // The state after the last step whose loss Train has read (its steps
+  // queued since, failed or not, left out), from the first replica that can
+  // still give it. FailedPrecondition without keep_last_complete while a
+  // later step is queued.
+  absl::StatusOr<CheckpointState> LastCompleteState();
 
   // Writes Snapshot() into options().checkpoint_dir now, after any
   // checkpoint in flight.
@@ -153,6 +164,18 @@ class Trainer {
   // Parameters() order.
   std::vector<std::vector<Handle>> weights_, m_, v_;
   uint64_t step_ = 0;
+  // keep_last_complete: the arrays after each step not yet superseded by a
+  // step whose loss has been read, oldest first; `complete_` is the last
+  // step whose loss has been read.
+  struct Kept {
+    uint64_t step = 0;
+    uint64_t data_state = 0;
+    std::vector<std::vector<Handle>> weights, m, v;
+  };
+  std::vector<Kept> kept_;
+  uint64_t complete_ = 0;
+  void StepComplete(uint64_t step);
+  void ReleaseKept(const Kept& kept);
   std::unique_ptr<InFlight> checkpoint_;
   uint64_t checkpointed_step_ = 0;
 };

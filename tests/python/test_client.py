@@ -157,6 +157,9 @@ def test_matmul_matches_numpy(local):
     bb = rng.standard_normal((k, n)).astype(np.float32)
     (c,), done = program([local.put(a, mesh), local.put(bb, mesh)])
     np.testing.assert_allclose(c.numpy(timeout=60), a @ bb, rtol=1e-4, atol=1e-4)
+    # The output is readable once written; the run's future resolves once
+    # the whole run has ended, which may be a moment later.
+    assert done.result(timeout=60) is None
     assert done.done()
 
 

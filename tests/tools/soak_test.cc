@@ -64,6 +64,36 @@ TEST(SoakTest, ClientsRecoverFromKilledIslands) {
   EXPECT_THAT(r.out, HasSubstr("flat                      fds "));
 }
 
+// Tests that --train trains through kills: islands killed and started
+// again at their address are admitted back, no step is lost or repeated,
+// the loss falls, and it passes (exit 0); flags of the program soak are
+// refused with it.
+TEST(SoakTest, TrainingGoesOnThroughKilledIslands) {
+  // Kills from 3 s on, none in the last 14 s: time for the last admission.
+  Result r =
+      RunCli({"soak", "--train", "--duration=26s", "--kill-min=3s", "--kill-max=5s", "--settle=14s",
+              "--report-every=2s", "--timeout=60s", "--admit-every=3", ::causeway::testing::DeviceFlag()});
+  SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_GE(ReportValue(r.out, "kills"), 1);
+  EXPECT_EQ(ReportValue(r.out, "restarts"), ReportValue(r.out, "kills"));
+  // Each kill is a loss and an admission.
+  EXPECT_GE(ReportValue(r.out, "changes of islands"), 2 * ReportValue(r.out, "kills"));
+  EXPECT_GE(ReportValue(r.out, "steps"), 10);
+  EXPECT_THAT(r.out, HasSubstr("islands: step "));
+  EXPECT_THAT(r.out, HasSubstr("; on 1 island ("));
+  EXPECT_THAT(r.out, HasSubstr(": admitted 127.0.0.1:"));
+  EXPECT_THAT(r.out, HasSubstr("\nsoak: PASS: "));
+  EXPECT_THAT(r.out, HasSubstr("flat                      fds "));
+
+  Result bad = RunCli({"soak", "--train", "--clients=2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--clients is not for --train"));
+  Result stray = RunCli({"soak", "--admit-every=2"});
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_THAT(stray.err, HasSubstr("--admit-every is for --train"));
+}
+
 // Tests that the same clients soak an island in this process (--local:
 // both meshes on it) and running islands (--connect), through the client
 // API, killing nothing: programs run, all right, every future resolved.

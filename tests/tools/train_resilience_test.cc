@@ -1,8 +1,9 @@
-// `causeway train --checkpoint/--resume` as a user runs it: a training
+// `causeway train` surviving faults as a user meets them: a training
 // process killed with SIGKILL while it writes a checkpoint every step leaves
 // a readable checkpoint, and resuming from it gives the uninterrupted run's
 // losses bit for bit; resume flags that contradict the checkpoint are
-// refused.
+// refused; an island process killed mid-training is restarted and admitted
+// back while training goes on, on the uninterrupted trajectory.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,11 +32,12 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using Result = ::causeway::testing::ProgramResult;
+using ::causeway::testing::ReadFile;
 
 constexpr int kSteps = 40;
 
 std::string Temp(const std::string& name) {
-  return (fs::path(::testing::TempDir()) / absl::StrCat("train_checkpoint_test_", getpid(), "_", name))
+  return (fs::path(::testing::TempDir()) / absl::StrCat("train_resilience_test_", getpid(), "_", name))
       .string();
 }
 
@@ -77,7 +80,7 @@ std::map<uint64_t, std::string> Losses(const std::string& path) {
 // Tests that training killed (SIGKILL) in the middle of its checkpoints
 // leaves a directory whose newest checkpoint loads, and that resuming from
 // it gives every later step's loss bit for bit as a run never stopped.
-TEST(TrainCheckpointTest, ResumesBitForBitAfterAKillDuringCheckpoints) {
+TEST(TrainResilienceTest, ResumesBitForBitAfterAKillDuringCheckpoints) {
   const std::string full = Temp("full.losses"), dir = Temp("ckpt"), rest = Temp("rest.losses");
   fs::remove_all(dir);
   Result uninterrupted = RunTrain({"--losses", full});
@@ -127,7 +130,7 @@ TEST(TrainCheckpointTest, ResumesBitForBitAfterAKillDuringCheckpoints) {
 // Tests that --resume refuses a missing or corrupt checkpoint, a model flag
 // or corpus that contradicts it and a --steps it has already reached, each
 // naming what is wrong, and that --checkpoint-every needs --checkpoint.
-TEST(TrainCheckpointTest, ResumeRefusesWhatContradictsTheCheckpoint) {
+TEST(TrainResilienceTest, ResumeRefusesWhatContradictsTheCheckpoint) {
   const std::string dir = Temp("refuse");
   fs::remove_all(dir);
   Result missing = RunTrain({"--resume", dir});
@@ -158,6 +161,73 @@ TEST(TrainCheckpointTest, ResumeRefusesWhatContradictsTheCheckpoint) {
   EXPECT_THAT(truncated.err, HasSubstr(file + ": "));
   EXPECT_THAT(truncated.err, HasSubstr("(truncated?)"));
   fs::remove_all(dir);
+}
+
+// The pid of the child of `parent` whose command line holds `needle`, or -1.
+pid_t ChildWith(pid_t parent, const std::string& needle) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) state ppid ...": the comm may hold spaces; ppid follows the last ')'.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> rest = absl::StrSplit(line.substr(close + 2), ' ');
+    pid_t ppid = 0;
+    if (rest.size() < 2 || !absl::SimpleAtoi(rest[1], &ppid) || ppid != parent) continue;
+    std::ifstream cmdline(e.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), {});
+    if (args.find(needle) != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+// Tests that `causeway train --islands 2` goes on when an island process is
+// killed (SIGKILL) mid-training: the survivor trains from the last complete
+// step, the island is restarted at its address and admitted back at a step
+// boundary, each change is reported on one line, and every step's loss
+// stays within the layouts' tolerance of one accelerator's uninterrupted
+// run.
+TEST(TrainResilienceTest, AnIslandKilledMidTrainingIsRestartedAndAdmittedBack) {
+  const std::string want_path = Temp("one.losses"), got_path = Temp("islands.losses");
+  Result one = RunTrain({"--losses", want_path});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::map<uint64_t, std::string> want = Losses(want_path);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+
+  SpawnOptions spawn;
+  spawn.argv = TrainArgs({"--islands=2", "--accelerators=2", "--admit-every=4", "--losses", got_path});
+  spawn.argv.insert(spawn.argv.begin(), ::causeway::testing::CliPath());
+  spawn.stdout_path = Temp("islands.out");
+  spawn.stderr_path = Temp("islands.err");
+  ASSERT_OK_AND_ASSIGN(Subprocess train, Subprocess::Spawn(spawn));
+  // Past step 10 (the progress lines come every 10 steps), kill island-1.
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline && !absl::StrContains(ReadFile(spawn.stdout_path), "step 10/")) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const pid_t island = ChildWith(train.pid(), "island-1");
+  ASSERT_GT(island, 0) << "no island-1 process; out:\n" << ReadFile(spawn.stdout_path);
+  ASSERT_EQ(::kill(island, SIGKILL), 0);
+  ASSERT_OK_AND_ASSIGN(int status, train.Wait(absl::Now() + absl::Seconds(240)));
+  const std::string out = ReadFile(spawn.stdout_path);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << DescribeWaitStatus(status) << "\n"
+                                                             << out << ReadFile(spawn.stderr_path);
+  EXPECT_THAT(out, HasSubstr("lost 'island-1' at"));
+  EXPECT_THAT(out, HasSubstr("on 1 island"));
+  EXPECT_THAT(out, HasSubstr("islands: island-1 killed by signal 9"));
+  EXPECT_THAT(out, HasSubstr("; on 2 islands"));
+  EXPECT_THAT(out, HasSubstr("admitted 127.0.0.1:"));
+  const std::map<uint64_t, std::string> got = Losses(got_path);
+  ASSERT_EQ(got.size(), want.size()) << out;
+  for (const auto& [step, loss] : got) {
+    double g = 0, w = 0;
+    ASSERT_TRUE(absl::SimpleAtod(loss, &g) && want.contains(step) && absl::SimpleAtod(want.at(step), &w))
+        << step;
+    EXPECT_NEAR(g, w, 1e-4 * w) << "step " << step;
+  }
 }
 
 }  // namespace
