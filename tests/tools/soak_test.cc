@@ -15,6 +15,7 @@
 #include "causeway/distributed/island_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/test_support.h"
 
 namespace causeway {
@@ -69,10 +70,13 @@ TEST(SoakTest, ClientsRecoverFromKilledIslands) {
 // the loss falls, and it passes (exit 0); flags of the program soak are
 // refused with it.
 TEST(SoakTest, TrainingGoesOnThroughKilledIslands) {
-  // Kills from 3 s on, none in the last 14 s: time for the last admission.
-  Result r =
-      RunCli({"soak", "--train", "--duration=26s", "--kill-min=3s", "--kill-max=5s", "--settle=14s",
-              "--report-every=2s", "--timeout=60s", "--admit-every=3", ::causeway::testing::DeviceFlag()});
+  // Kills from 3 s on, none in the last part: time for the last admission
+  // and enough steps to see the loss fall, however slow the build (a
+  // sanitizer's islands start and step several times slower).
+  const int seconds = ::causeway::testing::Repeats(26, 70), settle = ::causeway::testing::Repeats(14, 45);
+  Result r = RunCli({"soak", "--train", absl::StrCat("--duration=", seconds, "s"), "--kill-min=3s",
+                     "--kill-max=5s", absl::StrCat("--settle=", settle, "s"), "--report-every=2s",
+                     "--timeout=60s", "--admit-every=3", ::causeway::testing::DeviceFlag()});
   SCOPED_TRACE(absl::StrCat("stdout:\n", r.out, "\nstderr:\n", r.err));
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_GE(ReportValue(r.out, "kills"), 1);
