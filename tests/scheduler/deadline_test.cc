@@ -413,8 +413,12 @@ TEST(DeadlineTest, CancelledRunDispatchesNothingMore) {
   ASSERT_OK(t.Set());
   ASSERT_OK_AND_ASSIGN(Spin spin, t.Start());
   absl::Cleanup release = [&spin] { spin.Release(); };
-  ASSERT_OK_AND_ASSIGN(Execution queued, t.client->Execute(t.exe, {t.x, t.y}));
+  // Queued once 'spin' is on the device, so that the dispatcher is busy with
+  // run 1: queued while the scheduler was idle (after 'first' and before the
+  // dispatcher thread woke), this run was dispatched on this thread, run 1
+  // with it, and both ran to their ends before the cancel.
   t.spin_inside.WaitForNotification();
+  ASSERT_OK_AND_ASSIGN(Execution queued, t.client->Execute(t.exe, {t.x, t.y}));
 
   ASSERT_OK(t.client->Cancel(queued));
   EXPECT_ERROR(queued.Await(absl::Now() + kRunTimeout), absl::StatusCode::kCancelled,
