@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -358,8 +359,14 @@ int main(int argc, char** argv) {
   // still referenced from the driver's globals then shows up as a leak from
   // "<unknown module>" (128 bytes from lavapipe on Mesa 22.3). Keeping the
   // driver loaded for the life of the process keeps LeakSanitizer precise
-  // about our own code instead of suppressing whole reports.
-  dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);
+  // about our own code instead of suppressing whole reports. Not when only
+  // listing the cases (the build's test discovery, once per binary), which
+  // starts no Vulkan: loading the driver and LLVM under ASan is most of
+  // such a process's time.
+  const bool listing = std::any_of(argv + 1, argv + argc, [](const char* arg) {
+    return std::string_view(arg) == "--gtest_list_tests";
+  });
+  if (!listing) dlopen("libvulkan_lvp.so", RTLD_NOW | RTLD_NODELETE);
 #endif
 #ifdef __SANITIZE_THREAD__
   // ThreadSanitizer starts a thread of its own with the process's first
