@@ -13,13 +13,25 @@
 //           the better of the two is the baseline. The core OpenBLAS runs
 //           is in the JSON.
 //
+// Then the attention kernels (ops::AttentionForward, ops::AttentionBackward:
+// causeway/shaders/attention*.comp, causal, fused, T x T never in memory) on
+// the demo's and the models benchmark's shapes [batch, heads, T, head_dim],
+// against the GEMMs an unfused attention runs for the same products, on the
+// same device in the same run: S = Q K^T and O = P V forward; dP = dO V^T,
+// dV = P^T dO, dQ = dS K and dK = dS^T Q backward, each a batched ops::Gemm
+// over batch * heads. Attention's GFLOP/s count the causal products it does
+// (T (T + 1) / 2 query-key pairs of the T^2), the GEMMs' the full ones they
+// do; the ratio of the two rates is how near attention runs to the GEMM
+// kernel's efficiency (the aim: at least 0.5).
+//
 // Each sample runs `reps` products back to back (so that one sample does at
 // least ~1 GFLOP: small shapes are not dominated by submission cost) and
 // times them with the wall clock; the three alternate sample by sample, and
 // the medians of `--samples` samples are printed in GFLOP/s, with the ratio
 // against OpenBLAS. Both device results are checked once against OpenBLAS's.
 //
-//   causeway_matmul_bench [--shapes=[Bx]MxNxK,...] [--samples=5] [--quick] [--json=FILE]
+//   causeway_matmul_bench [--shapes=[Bx]MxNxK,...] [--attention=BxHxTxD,...] [--samples=5]
+//                         [--quick] [--json=FILE]
 // --quick: 2 samples of two small shapes (seconds, for tests); the common
 // flags: bench_main.h.
 #include <cblas.h>
@@ -47,6 +59,8 @@
 #include "benchmarks/bench_util.h"
 #include "causeway/base/env.h"
 #include "causeway/base/status.h"
+#include "causeway/kernels/attention_ops.h"
+#include "causeway/kernels/attention_reference.h"
 #include "causeway/kernels/ops.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/runtime/runtime.h"
@@ -89,14 +103,160 @@ double MaxError(const std::vector<float>& x, const std::vector<float>& y) {
   return reference::MaxRelativeError(x, y);
 }
 
+// [batch, heads, T, head_dim] of an attention row.
+struct AttentionRow {
+  AttentionShape shape;
+  std::string Name() const {
+    return absl::StrCat(shape.batch, "x", shape.heads, "x", shape.seq_len, "x", shape.head_dim);
+  }
+  uint64_t Matrices() const { return uint64_t{shape.batch} * shape.heads; }
+  // One T x T x head_dim product over every matrix: 2 T^2 D each, and the
+  // causal part of it (the pairs j <= i).
+  double FullProduct() const { return 2.0 * Matrices() * shape.seq_len * shape.seq_len * shape.head_dim; }
+  double CausalProduct() const {
+    return 2.0 * Matrices() * shape.seq_len * (shape.seq_len + 1) / 2 * shape.head_dim;
+  }
+};
+
+bool ParseAttention(absl::string_view s, AttentionRow* out) {
+  std::vector<std::string> parts = absl::StrSplit(s, 'x');
+  if (parts.size() != 4) return false;
+  uint32_t v[4];
+  for (int i = 0; i < 4; ++i) {
+    if (!absl::SimpleAtoi(parts[i], &v[i]) || v[i] == 0) return false;
+  }
+  out->shape = AttentionShape{v[0], v[1], v[2], v[3]};
+  return true;
+}
+
+// The attention rows: forward and backward, each against the batched GEMMs
+// of the same products, alternated sample by sample.
+void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int runs,
+                    double min_sample_flops, bench::Report& report) {
+  std::printf("\n%-18s %10s %9s %9s %9s %5s\n", "attention", "pass", "kernel", "GEMMs", "kernel/G", "reps");
+  for (const AttentionRow& row : rows) {
+    const AttentionShape& s = row.shape;
+    const uint64_t n = s.elements(), t = s.seq_len, d = s.head_dim, bh = row.Matrices();
+    auto floats = [&](uint64_t count, uint32_t seed) {
+      auto buffer = Must(acc->CreateBuffer(count * 4), "CreateBuffer");
+      std::vector<float> h = reference::RandomFloats(count, seed);
+      CHECK_OK(acc->UploadSync(buffer, h.data(), count * 4));
+      return std::make_pair(buffer, h);
+    };
+    auto [q, qh] = floats(n, 11);
+    auto [k, kh] = floats(n, 12);
+    auto [v, vh] = floats(n, 13);
+    auto [d_out, dh] = floats(n, 14);
+    auto out = Must(acc->CreateBuffer(n * 4), "CreateBuffer");
+    auto lse = Must(acc->CreateBuffer(s.rows() * 4), "CreateBuffer");
+    auto delta = Must(acc->CreateBuffer(s.rows() * 4), "CreateBuffer");
+    auto dq = Must(acc->CreateBuffer(n * 4), "CreateBuffer");
+    auto dk = Must(acc->CreateBuffer(n * 4), "CreateBuffer");
+    auto dv = Must(acc->CreateBuffer(n * 4), "CreateBuffer");
+    // The unfused GEMMs' T x T scores and their gradient.
+    auto scores = Must(acc->CreateBuffer(bh * t * t * 4), "CreateBuffer");
+    auto d_scores = Must(acc->CreateBuffer(bh * t * t * 4), "CreateBuffer");
+
+    // Check the kernels once against the CPU reference.
+    {
+      auto list = Must(acc->CreateCommandList("attention check"), "CreateCommandList");
+      CHECK_OK(ops::AttentionForward(*list, q, k, v, out, lse, s));
+      CHECK_OK(ops::AttentionBackward(*list, q, k, v, out, d_out, lse, delta, dq, dk, dv, s));
+      CHECK_OK(acc->Submit(list).Await());
+      const reference::AttentionDims dims{s.batch, s.heads, s.seq_len, s.head_dim,
+                                          1.0f / std::sqrt(static_cast<float>(s.head_dim))};
+      const auto fwd = reference::AttentionForward(qh, kh, vh, dims);
+      const auto grads = reference::AttentionBackward(qh, kh, vh, dh, dims);
+      std::vector<float> got(n);
+      const std::pair<const std::shared_ptr<Buffer>*, const std::vector<float>*> checks[] = {
+          {&out, &fwd.out}, {&dq, &grads.dq}, {&dk, &grads.dk}, {&dv, &grads.dv}};
+      for (const auto& [buffer, want] : checks) {
+        CHECK_OK(acc->DownloadSync(*buffer, got.data(), n * 4));
+        const double err = MaxError(got, *want);
+        if (!(err < 1e-3)) bench::Die(absl::StrCat("attention ", row.Name(), ": max relative error ", err));
+      }
+    }
+
+    auto gemm = [&](CommandList& list, const std::shared_ptr<Buffer>& a, const std::shared_ptr<Buffer>& b,
+                    const std::shared_ptr<Buffer>& c, uint64_t m, uint64_t nn, uint64_t kk, bool ta,
+                    bool tb) {
+      ops::GemmOptions o;
+      o.batch = static_cast<uint32_t>(bh);
+      o.transpose_a = ta;
+      o.transpose_b = tb;
+      CHECK_OK(ops::Gemm(list, a, b, c, static_cast<uint32_t>(m), static_cast<uint32_t>(nn),
+                         static_cast<uint32_t>(kk), o));
+    };
+    const double fwd_full = 2 * row.FullProduct(), bwd_full = 4 * row.FullProduct();
+    const double fwd_causal = 2 * row.CausalProduct(), bwd_causal = 4 * row.CausalProduct();
+    const int reps = static_cast<int>(std::max(1.0, std::ceil(min_sample_flops / bwd_full)));
+    auto list_of = [&](const char* name, const std::function<void(CommandList&)>& record) {
+      auto list = Must(acc->CreateCommandList(name), "CreateCommandList");
+      for (int r = 0; r < reps; ++r) record(*list);
+      return list;
+    };
+    std::shared_ptr<CommandList> lists[] = {
+        list_of("attention forward",
+                [&](CommandList& l) { CHECK_OK(ops::AttentionForward(l, q, k, v, out, lse, s)); }),
+        list_of("attention forward GEMMs",
+                [&](CommandList& l) {
+                  gemm(l, q, k, scores, t, t, d, false, true);     // S = Q K^T
+                  gemm(l, scores, v, out, t, d, t, false, false);  // O = P V
+                }),
+        list_of("attention backward",
+                [&](CommandList& l) {
+                  CHECK_OK(ops::AttentionBackward(l, q, k, v, out, d_out, lse, delta, dq, dk, dv, s));
+                }),
+        list_of("attention backward GEMMs",
+                [&](CommandList& l) {
+                  gemm(l, d_out, v, d_scores, t, t, d, false, true);  // dP = dO V^T
+                  gemm(l, scores, d_out, dv, t, d, t, true, false);   // dV = P^T dO
+                  gemm(l, d_scores, k, dq, t, d, t, false, false);    // dQ = dS K
+                  gemm(l, d_scores, q, dk, t, d, t, true, false);     // dK = dS^T Q
+                }),
+    };
+    for (auto& list : lists) CHECK_OK(acc->Submit(list).Await());  // warm up: pipelines
+    const double flops[] = {fwd_causal, fwd_full, bwd_causal, bwd_full};
+    std::vector<std::function<double()>> cases;
+    for (int i = 0; i < 4; ++i) {
+      cases.push_back([&, i] {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK_OK(acc->Submit(lists[i]).Await());
+        return flops[i] * reps / Seconds(t0) / 1e9;
+      });
+    }
+    std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
+    for (int pass = 0; pass < 2; ++pass) {
+      const double kernel = Median(samples[2 * pass]), gemms = Median(samples[2 * pass + 1]);
+      const char* name = pass == 0 ? "forward" : "backward";
+      std::printf("%-18s %10s %9.2f %9.2f %9.3f %5d\n", row.Name().c_str(), name, kernel, gemms,
+                  kernel / gemms, reps);
+      std::fflush(stdout);
+      report.Add(absl::StrCat("attention ", name), row.Name(), "GFLOP/s")
+          .Value(kernel)
+          .Baseline("GEMMs of the same products", gemms)
+          .Samples(runs)
+          .Param("batch", s.batch)
+          .Param("heads", s.heads)
+          .Param("seq_len", s.seq_len)
+          .Param("head_dim", s.head_dim)
+          .Extra("reps", reps);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   const bench::CommonFlags common = bench::StartBenchmark("causeway_matmul_bench", argc, argv);
   const int runs = common.SamplesOr(common.quick ? 2 : 5);
   std::vector<Shape> shapes = {{256, 256, 256},    {512, 512, 512},   {1024, 1024, 1024},
                                {512, 2048, 512},   {2048, 512, 2048}, {128, 128, 64, 16}};
+  // The demo's attention (README's first command: batch 16, 4 heads of 16,
+  // context 64) and the models benchmark's (batch 32, 4 heads of 32).
+  std::vector<AttentionRow> attention = {{{16, 4, 64, 16}}, {{32, 4, 64, 32}}};
   double min_sample_flops = 1e9;
   if (common.quick) {
     shapes = {{128, 128, 128}, {64, 64, 32, 4}};
+    attention = {{{2, 2, 32, 16}}};
     min_sample_flops = 2e7;
   }
   bench::BenchFlags flags;
@@ -113,6 +273,19 @@ int Main(int argc, char** argv) {
         return std::string();
       },
       "the products to time (B: a batch)");
+  flags.Text(
+      "attention", "BxHxTxD,...",
+      [&attention](absl::string_view list) {
+        std::vector<AttentionRow> parsed;
+        for (absl::string_view s : absl::StrSplit(list, ',')) {
+          AttentionRow row;
+          if (!ParseAttention(s, &row)) return absl::StrCat("takes BxHxTxD,...; '", s, "' is not one");
+          parsed.push_back(row);
+        }
+        attention = std::move(parsed);
+        return std::string();
+      },
+      "the attention shapes to time ([batch, heads, T, head_dim])");
   flags.Parse(argc, argv);
 
   RuntimeOptions options;
@@ -251,6 +424,8 @@ int Main(int argc, char** argv) {
     }
   }
   std::printf("GFLOP/s are medians of %d samples (wall clock, submit to completion); B = OpenBLAS sgemm.\n", runs);
+  BenchAttention(acc, attention, runs, min_sample_flops, report);
+  std::printf("attention GFLOP/s: the causal products the kernel does; GEMMs: the full products they do.\n");
   report.WriteOrDie(common.json);
   return 0;
 }

@@ -16,14 +16,19 @@ namespace causeway::ops {
 namespace {
 
 // Query (forward, backward pass 1) or key (backward pass 0) rows per
-// workgroup at the kernels' default workgroup sizes (attention: 16 invocations,
-// one per row; attention_backward: 64, four per row).
+// workgroup at the kernels' default workgroup sizes (16 invocations, one per
+// row).
 constexpr uint32_t kRowsPerGroup = 16;
 // The dot pre-pass's workgroup size (its default).
 constexpr uint32_t kDotLocal = 256;
-// Shared memory the kernels declare (see their header comments).
-constexpr uint32_t kForwardSharedBytes = 17 * 1024;
-constexpr uint32_t kBackwardSharedBytes = 25 * 1024;
+// Shared memory the kernels declare at head-dim bound H (see their header
+// comments).
+uint32_t ForwardSharedBytes(uint32_t h) { return (32 * h + 256) * 4; }
+uint32_t BackwardSharedBytes(uint32_t h) { return (32 * h + 32) * 4; }
+// The kernels' specialization constants for the head-dim bound: each runs
+// its loops over head_dim to exactly the shape's.
+constexpr uint32_t kForwardHeadDimId = 1;
+constexpr uint32_t kBackwardHeadDimId = 2;
 
 // Push constants of attention and attention_backward.
 struct AttentionParams {
@@ -95,7 +100,11 @@ absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape) {
   OpPlan plan{Name(kOp, shape),
               {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("lse", shape.rows())},
               {}};
-  plan.launches.push_back({"attention", {0, 1, 2, 3, 4}, PushBytes(Params(shape)), Groups(shape), {}});
+  plan.launches.push_back({"attention",
+                           {0, 1, 2, 3, 4},
+                           PushBytes(Params(shape)),
+                           Groups(shape),
+                           {{kForwardHeadDimId, shape.head_dim}}});
   return plan;
 }
 
@@ -113,8 +122,11 @@ absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
                            Groups1D(rows, kDotLocal), {}});
   // Pass 0 writes dk and dv, pass 1 dq (specialization constant 1).
   for (uint32_t pass : {0u, 1u}) {
-    plan.launches.push_back(
-        {"attention_backward", {0, 1, 2, 4, 5, 6, 7, 8, 9}, PushBytes(Params(shape)), Groups(shape), {{1, pass}}});
+    plan.launches.push_back({"attention_backward",
+                             {0, 1, 2, 4, 5, 6, 7, 8, 9},
+                             PushBytes(Params(shape)),
+                             Groups(shape),
+                             {{1, pass}, {kBackwardHeadDimId, shape.head_dim}}});
   }
   return plan;
 }
@@ -122,7 +134,7 @@ absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
 absl::Status AttentionForward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
                               const BufferArg& out, const BufferArg& lse, const AttentionShape& shape) {
   CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionForward(shape));
-  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention", list, kForwardSharedBytes));
+  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention", list, ForwardSharedBytes(shape.head_dim)));
   return Record(list, plan, {q, k, v, out, lse});
 }
 
@@ -131,7 +143,7 @@ absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const Buff
                                const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
                                const BufferArg& dv, const AttentionShape& shape) {
   CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionBackward(shape));
-  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention_backward", list, kBackwardSharedBytes));
+  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention_backward", list, BackwardSharedBytes(shape.head_dim)));
   return Record(list, plan, {q, k, v, out, d_out, lse, delta, dq, dk, dv});
 }
 

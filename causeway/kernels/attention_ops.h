@@ -60,8 +60,10 @@ absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const Buff
 
 // The same as plans (op_plan.h), for functions of programs. Forward's
 // operands: q, k, v, out, lse; backward's: q, k, v, out, d_out, lse, delta,
-// dq, dk, dv. A device must offer 17 KiB (forward) and 25 KiB (backward) of
-// shared memory; the helpers above check it, a program's dispatch fails.
+// dq, dk, dv. The kernels are specialized for the shape's head_dim; a
+// device must offer (32 head_dim + 256) * 4 bytes of shared memory
+// (forward; 17 KiB at head_dim 128) and (32 head_dim + 32) * 4 (backward;
+// 16.1 KiB): the helpers above check it, a program's dispatch fails.
 absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape);
 absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape);
 

@@ -21,13 +21,19 @@
 //                    4: float lse[]  (writeonly)  BH * T floats
 //                    (BH = batch * heads)
 // Push constants:    uint T; uint head_dim; float scale;
-//                    T >= 1, 1 <= head_dim <= 128; scale is usually
+//                    T >= 1, 1 <= head_dim <= H; scale is usually
 //                    1 / sqrt(head_dim).
 // Specialization:    constant 0 = workgroup size R (default 16, at most 16):
 //                    the group's query rows, one invocation each.
+//                    constant 1 = H, the head_dim bound (default 128, at
+//                    least head_dim, at most 128): the loops over head_dim
+//                    run to H, so H = head_dim wastes none of them (at
+//                    head_dim 16, the 128 of the default made the kernel do
+//                    8 times the work), and the tiles hold H columns.
 // Dispatch:          (ceil(T / R), BH, 1); (ceil(T / 16), BH, 1) by default.
-// Shared memory:     17 KiB (more than Vulkan's 16 KiB minimum; lavapipe has
-//                    32 KiB).
+// Shared memory:     (32 H + 256) * 4 bytes: 17 KiB at H = 128 (more than
+//                    Vulkan's 16 KiB minimum; lavapipe has 32 KiB), 3 KiB at
+//                    H = 16.
 #version 450
 #extension GL_EXT_control_flow_attributes : require
 
@@ -35,7 +41,7 @@
 const uint kMaxRows = 16;
 // Keys per streamed block.
 const uint kKeys = 16;
-const uint kMaxHeadDim = 128;
+layout(constant_id = 1) const uint kMaxHeadDim = 128;
 // Score of a masked (future or padding) key: finite, so that no inf - inf
 // can make a NaN, and exp(kMasked - m) is 0 for any real running max m.
 const float kMasked = -3.0e38;
@@ -54,10 +60,11 @@ layout(push_constant) uniform Params {
   float scale;
 } p;
 
-// The current block of keys and of values: kKeys x head_dim each, densely
-// packed (rows past T are 0).
-shared float k_tile[kKeys * kMaxHeadDim];
-shared float v_tile[kKeys * kMaxHeadDim];
+// The current block of keys and of values: kKeys rows of head_dim (rows past
+// T are 0). Sized by the specialization constant alone, which reflection
+// resolves (an expression of it, it cannot).
+shared float k_tile[kKeys][kMaxHeadDim];
+shared float v_tile[kKeys][kMaxHeadDim];
 // Scaled, masked scores of the current block: R x kKeys.
 shared float s_tile[kMaxRows * kKeys];
 
@@ -94,8 +101,8 @@ void main() {
     barrier();
     for (uint e = lid; e < kKeys * D; e += size) {
       const bool in_range = k0 + e / D < T;
-      k_tile[e] = in_range ? k[base + k0 * D + e] : 0.0;
-      v_tile[e] = in_range ? v[base + k0 * D + e] : 0.0;
+      k_tile[e / D][e % D] = in_range ? k[base + k0 * D + e] : 0.0;
+      v_tile[e / D][e % D] = in_range ? v[base + k0 * D + e] : 0.0;
     }
     barrier();
     float block_max = kMasked;
@@ -103,7 +110,7 @@ void main() {
       float s = 0.0;
       [[unroll]] for (uint d = 0; d < kMaxHeadDim; ++d) {
         if (d < D) {
-          s += qr[d] * k_tile[j * D + d];
+          s += qr[d] * k_tile[j][d];
         }
       }
       s = (k0 + j <= mask_row) ? s * p.scale : kMasked;
@@ -124,7 +131,7 @@ void main() {
       l += pj;
       [[unroll]] for (uint d = 0; d < kMaxHeadDim; ++d) {
         if (d < D) {
-          acc[d] += pj * v_tile[j * D + d];
+          acc[d] += pj * v_tile[j][d];
         }
       }
     }

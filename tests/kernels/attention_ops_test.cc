@@ -43,7 +43,7 @@ using Groups = std::array<uint32_t, 3>;
 constexpr AttentionShape kShape{.batch = 2, .heads = 3, .seq_len = 20, .head_dim = 16};
 
 // Tests the forward plan: one fused launch, 16 query rows per group in x,
-// one (batch, head) per group in y.
+// one (batch, head) per group in y, specialized for the head size (constant 1).
 TEST(AttentionPlanTest, Forward) {
   ASSERT_OK_AND_ASSIGN(OpPlan plan, PlanAttentionForward(kShape));
   EXPECT_EQ(plan.name, "attention [2, 3, 20, 16]");
@@ -55,11 +55,12 @@ TEST(AttentionPlanTest, Forward) {
   EXPECT_THAT(plan.launches[0].operands, ElementsAre(0, 1, 2, 3, 4));
   EXPECT_THAT(PushWords(plan.launches[0]), ElementsAre(20, 16, Bits(0.25f)));
   EXPECT_EQ(plan.launches[0].groups, (Groups{2, 6, 1}));
-  EXPECT_TRUE(plan.launches[0].spec.empty());
+  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 16u)));
 }
 
 // Tests the backward plan: delta = rowsum(d_out * out) first, then the
-// dk/dv pass (constant 1 = 0) and the dq pass (constant 1 = 1).
+// dk/dv pass (constant 1 = 0) and the dq pass (constant 1 = 1), both
+// specialized for the head size (constant 2).
 TEST(AttentionPlanTest, Backward) {
   ASSERT_OK_AND_ASSIGN(OpPlan plan, PlanAttentionBackward(kShape));
   EXPECT_EQ(plan.name, "attention_backward [2, 3, 20, 16]");
@@ -79,7 +80,7 @@ TEST(AttentionPlanTest, Backward) {
     EXPECT_THAT(l.operands, ElementsAre(0, 1, 2, 4, 5, 6, 7, 8, 9));  // all but out
     EXPECT_THAT(PushWords(l), ElementsAre(20, 16, Bits(0.25f)));
     EXPECT_EQ(l.groups, (Groups{2, 6, 1}));
-    EXPECT_THAT(l.spec, ElementsAre(Pair(1u, pass)));
+    EXPECT_THAT(l.spec, ElementsAre(Pair(1u, pass), Pair(2u, 16u)));
   }
 }
 
