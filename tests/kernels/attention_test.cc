@@ -51,9 +51,8 @@ constexpr double kForwardTolerance = 1e-5;
 constexpr double kBackwardTolerance = 2e-5;
 
 // The shapes of the kernel tests: T around and past the blocks (16 rows per
-// workgroup, 16 or 8 streamed rows per step), head_dim from 3 (fewer columns
-// than the backward's 4 invocations per row, and not a multiple of 4) to the
-// largest, 128.
+// workgroup, 16 streamed rows per step), head_dim from 3 (odd, and each
+// kernel is specialized for it) to the largest, 128.
 struct Shape {
   uint32_t batch, heads, seq_len, head_dim;
 };
