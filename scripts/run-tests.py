@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-RESULT = re.compile(r"^\[ +(OK|FAILED|SKIPPED) +\] ([\w/.]+)(?: \(\d+ ms\))?$")
+RESULT = re.compile(r"^\[ +(OK|FAILED|SKIPPED) +\] ([\w/.]+)(?: \((\d+) ms\))?$")
 RUN = re.compile(r"^\[ RUN +\] ([\w/.]+)$")
 
 
@@ -103,7 +103,7 @@ class Runner:
         timeout = min(sum(c.timeout for c in cases), 1500)
         code, out, secs = self.run_process(argv, cases[0].cwd, timeout)
         by_name = {c.gtest_name: c for c in cases}
-        results, sections, running, started_at = {}, {}, None, 0
+        results, sections, times, running, started_at = {}, {}, {}, None, 0
         lines = out.splitlines(keepends=True)
         for i, line in enumerate(lines):
             m = RUN.match(line.rstrip("\n"))
@@ -113,13 +113,17 @@ class Runner:
             m = RESULT.match(line.rstrip("\n"))
             if m and m.group(2) == running:
                 results[running] = m.group(1)
+                if m.group(3) is not None:
+                    times[running] = int(m.group(3)) / 1000
                 sections[running] = "".join(lines[started_at:i + 1])
                 running = None
+        # A case's own time is GoogleTest's; the process's start and exit,
+        # shared by its cases, is not counted in any case.
         per_case = secs / max(1, len(results) + (running is not None))
         for c in cases:
             if c.gtest_name in results:
                 status = results[c.gtest_name]
-                self.report(c.name, status, per_case, "" if status != "FAILED" else sections[c.gtest_name])
+                self.report(c.name, status, times.get(c.gtest_name, per_case), "" if status != "FAILED" else sections[c.gtest_name])
         if running is not None:
             # The process ended inside this case: a crash, a sanitizer's
             # report or a timeout. Its output from the case's start is the

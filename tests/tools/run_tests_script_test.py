@@ -31,6 +31,8 @@ FAKE = textwrap.dedent("""\
         if "Fail" in n:
             print(f"fake.cc:1: Failure in {n}")
             print(f"[  FAILED  ] {n} (1 ms)")
+        elif "Slow" in n:
+            print(f"[       OK ] {n} (1234 ms)")
         elif "Skip" in n:
             print(f"[  SKIPPED ] {n} (0 ms)")
         else:
@@ -108,6 +110,14 @@ class RunTestsTest(unittest.TestCase):
         self.assertIn("***Timeout", out)
         self.assertIn("1 passed, 0 skipped, 1 failed of 2", out)
         self.assertEqual(starts, ["S.Hang0:S.Pass1", "S.Pass1"])
+
+    def test_each_case_reports_its_own_time_not_the_process_average(self):
+        # A batch's time is shared out only for cases GoogleTest gave no time
+        # for: the slow case is named as slow, the fast ones as fast.
+        code, out, _ = self.run_cases(["S.Pass0", "S.Slow1", "S.Pass2"])
+        self.assertEqual(code, 0, out)
+        self.assertRegex(out, r"S\.Slow1 \.+ Passed +1\.23 sec")
+        self.assertRegex(out, r"S\.Pass0 \.+ Passed +0\.00 sec")
 
     def test_skipped_cases_are_counted_as_skipped(self):
         code, out, _ = self.run_cases(["S.Skip0", "S.Pass1"])
