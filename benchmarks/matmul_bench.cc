@@ -24,13 +24,22 @@
 // do; the ratio of the two rates is how near attention runs to the GEMM
 // kernel's efficiency (the aim: at least 0.5).
 //
+// Then the memory-bound kernels a training step runs (layer_norm and its
+// backward, permute_0213, adam_update) at the demo's shapes, in GB/s of the
+// bytes each must move at least (every input read once, every output written
+// once), against the device copying the same number of bytes (half read,
+// half written) between two buffers: the better of vkCmdCopyBuffer and the
+// copy kernel, alternated with the kernel sample by sample. The ratio is how
+// near each runs to the device's copy bandwidth.
+//
 // Each sample runs `reps` products back to back (so that one sample does at
 // least ~1 GFLOP: small shapes are not dominated by submission cost) and
 // times them with the wall clock; the three alternate sample by sample, and
 // the medians of `--samples` samples are printed in GFLOP/s, with the ratio
 // against OpenBLAS. Both device results are checked once against OpenBLAS's.
 //
-//   causeway_matmul_bench [--shapes=[Bx]MxNxK,...] [--attention=BxHxTxD,...] [--samples=5]
+//   causeway_matmul_bench [--shapes=[Bx]MxNxK,...] [--attention=BxHxTxD,...]
+//                         [--rows=ROWSxCOLS] [--samples=5]
 //                         [--quick] [--json=FILE]
 // --quick: 2 samples of two small shapes (seconds, for tests); the common
 // flags: bench_main.h.
@@ -61,6 +70,7 @@
 #include "causeway/base/status.h"
 #include "causeway/kernels/attention_ops.h"
 #include "causeway/kernels/attention_reference.h"
+#include "causeway/kernels/nn_ops.h"
 #include "causeway/kernels/ops.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/runtime/runtime.h"
@@ -245,6 +255,98 @@ void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int
   }
 }
 
+// The memory-bound kernels of a training step on [rows, cols] activations
+// (the demo: 1024 x 64), each in GB/s of the bytes it must move, against the
+// device's copy of as many bytes, alternated sample by sample.
+void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t heads, int runs,
+                        double min_sample_bytes, bench::Report& report) {
+  const uint64_t n = uint64_t{rows} * cols;
+  auto floats = [&](uint64_t count, uint32_t seed) {
+    auto buffer = Must(acc->CreateBuffer(count * 4), "CreateBuffer");
+    std::vector<float> h = reference::RandomFloats(count, seed, 0.5f, 1.5f);
+    CHECK_OK(acc->UploadSync(buffer, h.data(), count * 4));
+    return buffer;
+  };
+  auto x = floats(n, 1), dy = floats(n, 2), y = floats(n, 3), dx = floats(n, 4);
+  auto gamma = floats(cols, 5), beta = floats(cols, 6), dgamma = floats(cols, 7), dbeta = floats(cols, 8);
+  auto mean = floats(rows, 9), rstd = floats(rows, 10);
+  auto m = floats(n, 11), v = floats(n, 12), step = floats(1, 13);
+  // [batch, T, heads, head_dim] of the demo's attention: rows = batch * T.
+  const uint32_t head_dim = cols / heads, t = std::min<uint32_t>(rows, 64), batch = rows / t;
+  struct Kernel {
+    std::string name;
+    double bytes;  // the least each call must move
+    std::function<absl::Status(CommandList&)> record;
+  };
+  ops::AdamConfig adam;
+  const std::vector<Kernel> kernels = {
+      {"layer_norm", 4.0 * (2 * n + 2 * cols + 2 * rows),
+       [&](CommandList& l) { return ops::LayerNorm(l, x, gamma, beta, y, mean, rstd, rows, cols); }},
+      {"layer_norm_backward", 4.0 * (3 * n + 3 * cols + 2 * rows),
+       [&](CommandList& l) {
+         return ops::LayerNormBackward(l, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
+       }},
+      {"permute_0213", 4.0 * 2 * batch * t * cols,
+       [&](CommandList& l) { return ops::Permute0213(l, x, y, batch, t, heads, head_dim); }},
+      {"adam_update", 4.0 * 7 * n,
+       [&](CommandList& l) {
+         return ops::AdamUpdate(l, y, dy, m, v, step, y, m, v, static_cast<uint32_t>(n), adam);
+       }},
+  };
+  std::printf("\n%-22s %10s %9s %9s %9s %5s\n", "memory-bound", "shape", "kernel", "copy", "kernel/c",
+              "reps");
+  for (const Kernel& kernel : kernels) {
+    const int reps = static_cast<int>(std::max(1.0, std::ceil(min_sample_bytes / kernel.bytes)));
+    // The copy moves as many bytes: half of them read, half written.
+    const uint64_t copy_bytes = static_cast<uint64_t>(kernel.bytes / 2) / 4 * 4;
+    auto src = Must(acc->CreateBuffer(copy_bytes), "CreateBuffer");
+    auto dst = Must(acc->CreateBuffer(copy_bytes), "CreateBuffer");
+    CHECK_OK(acc->UploadSync(src, reference::RandomFloats(copy_bytes / 4, 14).data(), copy_bytes));
+    auto list_of = [&](const char* name, const std::function<absl::Status(CommandList&)>& record) {
+      auto list = Must(acc->CreateCommandList(name), "CreateCommandList");
+      for (int r = 0; r < reps; ++r) CHECK_OK(record(*list));
+      return list;
+    };
+    std::shared_ptr<CommandList> lists[] = {
+        list_of(kernel.name.c_str(), kernel.record),
+        list_of("vkCmdCopyBuffer", [&](CommandList& l) { return l.Copy(src, dst); }),
+        list_of("copy kernel",
+                [&](CommandList& l) {
+                  return ops::CopyWords(l, src, dst, static_cast<uint32_t>(copy_bytes / 4));
+                }),
+    };
+    for (auto& list : lists) CHECK_OK(acc->Submit(list).Await());  // warm up: pipelines
+    std::vector<std::function<double()>> cases;
+    for (int i = 0; i < 3; ++i) {
+      cases.push_back([&, i] {
+        auto t0 = std::chrono::steady_clock::now();
+        CHECK_OK(acc->Submit(lists[i]).Await());
+        return kernel.bytes * reps / Seconds(t0) / 1e9;
+      });
+    }
+    std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
+    const double got = Median(samples[0]), copy_cmd = Median(samples[1]), copy_kernel = Median(samples[2]);
+    const double copy = std::max(copy_cmd, copy_kernel);
+    const std::string shape =
+        kernel.name == "permute_0213"
+            ? absl::StrCat(batch, "x", t, "x", heads, "x", head_dim)
+            : (kernel.name == "adam_update" ? absl::StrCat(n) : absl::StrCat(rows, "x", cols));
+    std::printf("%-22s %10s %9.2f %9.2f %9.3f %5d%s\n", kernel.name.c_str(), shape.c_str(), got, copy,
+                got / copy, reps,
+                copy_cmd >= copy_kernel ? "  (copy: vkCmdCopyBuffer)" : "  (copy: copy kernel)");
+    std::fflush(stdout);
+    report.Add(kernel.name, shape, "GB/s")
+        .Value(got)
+        .Baseline(
+            copy_cmd >= copy_kernel ? "vkCmdCopyBuffer of as many bytes" : "copy kernel of as many bytes",
+            copy)
+        .Samples(runs)
+        .Param("rows", rows)
+        .Param("cols", cols)
+        .Extra("reps", reps);
+  }
+}
+
 int Main(int argc, char** argv) {
   const bench::CommonFlags common = bench::StartBenchmark("causeway_matmul_bench", argc, argv);
   const int runs = common.SamplesOr(common.quick ? 2 : 5);
@@ -254,10 +356,17 @@ int Main(int argc, char** argv) {
   // context 64) and the models benchmark's (batch 32, 4 heads of 32).
   std::vector<AttentionRow> attention = {{{16, 4, 64, 16}}, {{32, 4, 64, 32}}};
   double min_sample_flops = 1e9;
+  // The memory-bound kernels' activations [rows, cols] (the demo's: batch 16
+  // times context 64, d_model 64, 4 heads), and the bytes a sample moves at
+  // least.
+  uint32_t mem_rows = 1024, mem_cols = 64;
+  double min_sample_bytes = 2e8;
   if (common.quick) {
     shapes = {{128, 128, 128}, {64, 64, 32, 4}};
     attention = {{{2, 2, 32, 16}}};
     min_sample_flops = 2e7;
+    mem_rows = 128;
+    min_sample_bytes = 4e6;
   }
   bench::BenchFlags flags;
   flags.Text(
@@ -286,6 +395,21 @@ int Main(int argc, char** argv) {
         return std::string();
       },
       "the attention shapes to time ([batch, heads, T, head_dim])");
+  flags.Text(
+      "rows", "ROWSxCOLS",
+      [&mem_rows, &mem_cols](absl::string_view text) {
+        std::vector<std::string> parts = absl::StrSplit(text, 'x');
+        uint32_t r = 0, c = 0;
+        if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &r) || !absl::SimpleAtoi(parts[1], &c) ||
+            r == 0 || c == 0 || c % 4 != 0 || uint64_t{r} * c > (uint64_t{1} << 28)) {
+          return absl::StrCat("takes ROWSxCOLS (COLS a multiple of 4 heads, at most 2^28 elements); '", text,
+                              "' is not one");
+        }
+        mem_rows = r;
+        mem_cols = c;
+        return std::string();
+      },
+      "the memory-bound kernels' activations [batch * context, d_model]");
   flags.Parse(argc, argv);
 
   RuntimeOptions options;
@@ -426,6 +550,8 @@ int Main(int argc, char** argv) {
   std::printf("GFLOP/s are medians of %d samples (wall clock, submit to completion); B = OpenBLAS sgemm.\n", runs);
   BenchAttention(acc, attention, runs, min_sample_flops, report);
   std::printf("attention GFLOP/s: the causal products the kernel does; GEMMs: the full products they do.\n");
+  BenchMemoryKernels(acc, mem_rows, mem_cols, /*heads=*/4, runs, min_sample_bytes, report);
+  std::printf("memory-bound GB/s: the bytes each kernel must move; copy: the device copying as many.\n");
   report.WriteOrDie(common.json);
   return 0;
 }

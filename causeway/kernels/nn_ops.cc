@@ -81,6 +81,28 @@ absl::Status CheckShape(absl::string_view op, const char* a_name, uint32_t a, co
 
 uint32_t RowGroups(uint32_t rows) { return std::min(rows, kMaxGroups); }
 
+// layer_norm and its backward take a row per invocation when rows are at most
+// this wide: a workgroup's tree sum costs about 2 log2(wg) barriers a row,
+// more than a narrow row has elements to add (on lavapipe a barrier is a
+// switch between coroutines). Wider rows take a workgroup each.
+constexpr uint32_t kRowPerInvocationMaxCols = 256;
+constexpr uint32_t kRowLocal = 64;  // the row kernels' default workgroup size
+
+// The groups of a row kernel in the form `row_per_invocation` picks.
+std::array<uint32_t, 3> RowKernelGroups(uint32_t rows, bool row_per_invocation) {
+  if (!row_per_invocation) return {RowGroups(rows), 1, 1};
+  return {std::min((rows + kRowLocal - 1) / kRowLocal, kMaxGroups), 1, 1};
+}
+
+// permute_0213 moves a row of D elements per invocation when D is at most
+// this and there are at least kPermuteMinRows rows.
+constexpr uint32_t kPermuteMaxRow = 1024;
+constexpr uint64_t kPermuteMinRows = 1024;
+
+// layer_norm_backward's column pass: invocations per column (kLanes in the
+// kernel), and so columns per workgroup.
+constexpr uint32_t kColumnLanes = 4;
+
 }  // namespace
 
 
@@ -126,23 +148,28 @@ absl::StatusOr<OpPlan> PlanLayerNorm(uint32_t rows, uint32_t cols, float eps) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": eps must be finite and > 0, got ", eps));
   }
   const uint64_t n = uint64_t{rows} * cols;
+  const bool per_invocation = cols <= kRowPerInvocationMaxCols;
   return OneLaunch(Sized(kOp, rows, cols), std::string(kOp),
                    {Floats("x", n), Floats("gamma", cols), Floats("beta", cols), Floats("y", n),
                     Floats("mean", rows), Floats("rstd", rows)},
-                   PushBytes(LayerNormParams{rows, cols, eps}), {RowGroups(rows), 1, 1});
+                   PushBytes(LayerNormParams{rows, cols, eps}), RowKernelGroups(rows, per_invocation),
+                   {{1, per_invocation ? 1u : 0u}});
 }
 
 absl::StatusOr<OpPlan> PlanLayerNormBackward(uint32_t rows, uint32_t cols) {
   constexpr absl::string_view kOp = "layer_norm_backward";
   CAUSEWAY_RETURN_IF_ERROR(CheckShape(kOp, "rows", rows, "cols", cols));
   const uint64_t n = uint64_t{rows} * cols;
-  OpPlan plan = OneLaunch(Sized(kOp, rows, cols), std::string(kOp),
-                          {Floats("dy", n), Floats("x", n), Floats("gamma", cols), Floats("mean", rows),
-                           Floats("rstd", rows), Floats("dx", n), Floats("dgamma", cols), Floats("dbeta", cols)},
-                          PushBytes(RowsColsParams{rows, cols}), {RowGroups(rows), 1, 1}, {{1, 0}});
-  // Pass 1: dgamma and dbeta, an invocation per column.
+  const bool per_invocation = cols <= kRowPerInvocationMaxCols;
+  OpPlan plan =
+      OneLaunch(Sized(kOp, rows, cols), std::string(kOp),
+                {Floats("dy", n), Floats("x", n), Floats("gamma", cols), Floats("mean", rows),
+                 Floats("rstd", rows), Floats("dx", n), Floats("dgamma", cols), Floats("dbeta", cols)},
+                PushBytes(RowsColsParams{rows, cols}), RowKernelGroups(rows, per_invocation),
+                {{1, 0}, {2, per_invocation ? 1u : 0u}});
+  // Pass 1: dgamma and dbeta, kColumnLanes invocations per column.
   Launch columns = plan.launches[0];
-  columns.groups = Groups1D(cols, kColumnLocal);
+  columns.groups = Groups1D(cols, kColumnLocal / kColumnLanes);
   columns.spec = {{1, 1}};
   plan.launches.push_back(std::move(columns));
   return plan;
@@ -413,8 +440,14 @@ absl::StatusOr<OpPlan> PlanPermute0213(uint32_t a, uint32_t b, uint32_t c, uint3
       return absl::InvalidArgumentError(absl::StrCat(name, ": more than 2^32 - 1 elements"));
     }
   }
+  // A row of D elements per invocation unless rows are long (a loop past
+  // about 65535 iterations is cut short on llvmpipe) or too few to fill a
+  // device's invocations.
+  const uint64_t rows = n / d;
+  const bool per_row = d <= kPermuteMaxRow && rows >= kPermuteMinRows;
   return OneLaunch(name, std::string(kOp), {Floats("in", n), Floats("out", n)},
-                   PushBytes(Permute0213Params{a, b, c, d}), Groups1D(n, kElementwiseLocal));
+                   PushBytes(Permute0213Params{a, b, c, d}), Groups1D(per_row ? rows : n, kElementwiseLocal),
+                   {{1, per_row ? 1u : 0u}});
 }
 
 absl::Status Permute0213(CommandList& list, const BufferArg& in, const BufferArg& out, uint32_t a, uint32_t b,

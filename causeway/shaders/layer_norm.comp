@@ -3,8 +3,14 @@
 //   rstd[r] = 1 / sqrt(sum_c (x[r, c] - mean[r])^2 / cols + eps)
 //   y[r, c] = (x[r, c] - mean[r]) * rstd[r] * gamma[c] + beta[c]
 // (biased variance, as PyTorch's LayerNorm), saving mean and rstd for
-// layer_norm_backward. One workgroup per row; its sums are trees in shared
-// memory of a fixed shape, so results are reproducible run to run.
+// layer_norm_backward. Two forms, chosen by specialization constant 1:
+//   0: one workgroup per row; its sums are trees in shared memory of a fixed
+//      shape (for wide rows);
+//   1: one invocation per row, summing in column order, with no barrier (for
+//      narrow rows, where a workgroup's tree costs more barriers per row than
+//      the row has elements to add).
+// Either way every sum has a fixed order, so results are reproducible run to
+// run.
 //
 // Bindings (set 0):  0: float x[]      (readonly)  rows * cols
 //                    1: float gamma[]  (readonly)  cols
@@ -13,14 +19,19 @@
 //                    4: float mean[]   (writeonly) rows
 //                    5: float rstd[]   (writeonly) rows
 // Push constants:    uint rows; uint cols; float eps;
-// Specialization:    constant 0 = workgroup size x (default 64, at most 1024).
-// Dispatch:          any number of workgroups >= 1 (workgroup g takes rows
-//                    g, g + G, ...); the natural choice is min(rows, 65535) x 1 x 1.
+// Specialization:    constant 0 = workgroup size x (default 64, at most 1024);
+//                    constant 1 = form (0 a workgroup per row, 1 an invocation
+//                    per row).
+// Dispatch:          any number of workgroups >= 1 (form 0: workgroup g takes
+//                    rows g, g + G, ...; the natural choice is
+//                    min(rows, 65535) x 1 x 1. Form 1: invocation i takes rows
+//                    i, i + G * wg, ...; natural min(ceil(rows / wg), 65535)).
 #version 450
 
 const uint kMaxWorkgroupSize = 1024;
 
 layout(local_size_x = 64, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROW_PER_INVOCATION = 0;
 
 layout(set = 0, binding = 0, std430) readonly buffer X { float x[]; };
 layout(set = 0, binding = 1, std430) readonly buffer Gamma { float gamma[]; };
@@ -53,7 +64,28 @@ float WorkgroupSum(float v) {
   return partial[0];
 }
 
-void main() {
+void RowPerInvocation() {
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint row = gl_GlobalInvocationID.x; row < p.rows; row += stride) {
+    const uint base = row * p.cols;
+    float s = 0.0;
+    for (uint c = 0; c < p.cols; ++c) s += x[base + c];
+    const float mu = s / float(p.cols);
+    float sq = 0.0;
+    for (uint c = 0; c < p.cols; ++c) {
+      const float d = x[base + c] - mu;
+      sq += d * d;
+    }
+    const float r = inversesqrt(sq / float(p.cols) + p.eps);
+    for (uint c = 0; c < p.cols; ++c) {
+      y[base + c] = (x[base + c] - mu) * r * gamma[c] + beta[c];
+    }
+    mean[row] = mu;
+    rstd[row] = r;
+  }
+}
+
+void WorkgroupPerRow() {
   const uint lid = gl_LocalInvocationIndex;
   const uint wg = gl_WorkGroupSize.x;
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
@@ -74,5 +106,13 @@ void main() {
       mean[row] = mu;
       rstd[row] = r;
     }
+  }
+}
+
+void main() {
+  if (ROW_PER_INVOCATION != 0) {
+    RowPerInvocation();
+  } else {
+    WorkgroupPerRow();
   }
 }

@@ -66,6 +66,9 @@ constexpr uint32_t kGuard = 67;
 // multiples of them.
 constexpr uint32_t kRows[] = {1, 7, 33};
 constexpr uint32_t kCols[] = {1, 5, 64, 129};
+// layer_norm's widths: up to 256 an invocation takes a row, past it a
+// workgroup does (ops::PlanLayerNorm); both forms are tested.
+constexpr uint32_t kLayerNormCols[] = {1, 5, 64, 129, 256, 257, 600};
 
 // Deterministic ids in [0, n), with repeats when count > n.
 std::vector<int32_t> RandomIds(size_t count, uint32_t n, uint32_t seed) {
@@ -237,7 +240,7 @@ TEST_F(NnKernelsTest, BiasGeluBackwardMatchesFiniteDifferences) {
 TEST_F(NnKernelsTest, LayerNormMatchesReference) {
   const float eps = 1e-5f;
   for (uint32_t rows : kRows) {
-    for (uint32_t cols : kCols) {
+    for (uint32_t cols : kLayerNormCols) {
       SCOPED_TRACE(absl::StrCat("rows ", rows, " cols ", cols));
       const uint32_t n = rows * cols;
       // An offset row mean, as activations have, tests the two-pass variance.
@@ -292,7 +295,7 @@ absl::StatusOr<reference::LayerNormGrads> RunLayerNormBackward(Accelerator* acc,
 // both fed the reference forward's mean and rstd.
 TEST_F(NnKernelsTest, LayerNormBackwardMatchesReference) {
   for (uint32_t rows : kRows) {
-    for (uint32_t cols : kCols) {
+    for (uint32_t cols : kLayerNormCols) {
       SCOPED_TRACE(absl::StrCat("rows ", rows, " cols ", cols));
       const uint32_t n = rows * cols;
       std::vector<float> x = RandomFloats(n, n, -2.0f, 2.0f),
@@ -760,8 +763,11 @@ TEST_F(NnKernelsTest, AdamUpdateRefusesBadArguments) {
 // with nothing written past the output, and that permuting [A, B, C, D]
 // then [A, C, B, D] gives the input back.
 TEST_F(NnKernelsTest, Permute0213MatchesReferenceAndInverts) {
-  const std::array<uint32_t, 4> shapes[] = {{1, 1, 1, 1},  {2, 3, 5, 7},  {1, 64, 4, 16}, {3, 1, 9, 2},
-                                            {2, 33, 3, 1}, {5, 2, 1, 33}, {3, 17, 12, 7}};
+  // Both of the kernel's forms: an invocation per element (fewer than 1024
+  // rows of D, or D past 1024) and an invocation per row.
+  const std::array<uint32_t, 4> shapes[] = {{1, 1, 1, 1},   {2, 3, 5, 7},    {1, 64, 4, 16}, {3, 1, 9, 2},
+                                            {2, 33, 3, 1},  {5, 2, 1, 33},   {3, 17, 12, 7}, {4, 64, 4, 16},
+                                            {3, 37, 11, 3}, {1, 2, 3, 1030}, {2, 1, 1024, 1}};
   for (const auto& [a, b, c, d] : shapes) {
     SCOPED_TRACE(absl::StrCat(a, "x", b, "x", c, "x", d));
     const uint32_t n = a * b * c * d;

@@ -73,7 +73,8 @@ TEST(NnPlanTest, BiasGeluBackward) {
 
 // Tests layer_norm's plan: a group per row, capped at 65535 groups (the
 // kernel loops over the rest), eps in the push constants.
-TEST(NnPlanTest, LayerNormCapsRowGroups) {
+TEST(NnPlanTest, LayerNormTakesARowPerInvocationUpTo256Columns) {
+  // Narrow rows: an invocation per row (constant 1 = 1), 64 to a workgroup.
   ASSERT_OK_AND_ASSIGN(OpPlan plan, PlanLayerNorm(70000, 2, 1e-5f));
   EXPECT_EQ(plan.name, "layer_norm 70000x2");
   EXPECT_THAT(PlanOperands(plan), ElementsAre(Pair("x", 560000), Pair("gamma", 8), Pair("beta", 8),
@@ -81,9 +82,17 @@ TEST(NnPlanTest, LayerNormCapsRowGroups) {
   ASSERT_EQ(plan.launches.size(), 1u);
   EXPECT_EQ(plan.launches[0].kernel, "layer_norm");
   EXPECT_THAT(PushWords(plan.launches[0]), ElementsAre(70000, 2, Bits(1e-5f)));
-  EXPECT_EQ(plan.launches[0].groups, (Groups{65535, 1, 1}));
-  ASSERT_OK_AND_ASSIGN(OpPlan few, PlanLayerNorm(7, 2, 0.5f));
-  EXPECT_EQ(few.launches[0].groups, (Groups{7, 1, 1}));
+  EXPECT_EQ(plan.launches[0].groups, (Groups{1094, 1, 1}));  // ceil(70000 / 64)
+  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 1u)));
+  ASSERT_OK_AND_ASSIGN(OpPlan few, PlanLayerNorm(7, 256, 0.5f));
+  EXPECT_EQ(few.launches[0].groups, (Groups{1, 1, 1}));
+  EXPECT_THAT(few.launches[0].spec, ElementsAre(Pair(1u, 1u)));
+  // Wide rows: a workgroup per row (constant 1 = 0), groups capped.
+  ASSERT_OK_AND_ASSIGN(OpPlan wide, PlanLayerNorm(70000, 257, 1e-5f));
+  EXPECT_EQ(wide.launches[0].groups, (Groups{65535, 1, 1}));
+  EXPECT_THAT(wide.launches[0].spec, ElementsAre(Pair(1u, 0u)));
+  ASSERT_OK_AND_ASSIGN(OpPlan wide_few, PlanLayerNorm(7, 300, 0.5f));
+  EXPECT_EQ(wide_few.launches[0].groups, (Groups{7, 1, 1}));
 }
 
 // Tests layer_norm_backward's two passes: rows (constant 1 = 0), then
@@ -100,10 +109,17 @@ TEST(NnPlanTest, LayerNormBackwardHasTwoPasses) {
     EXPECT_THAT(l.operands, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
     EXPECT_THAT(PushWords(l), ElementsAre(4, 130));
   }
-  EXPECT_EQ(plan.launches[0].groups, (Groups{4, 1, 1}));
-  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 0u)));
-  EXPECT_EQ(plan.launches[1].groups, (Groups{3, 1, 1}));  // ceil(130 / 64)
+  // 130 columns: pass 0 an invocation per row (constant 2 = 1); pass 1 four
+  // invocations per column, 16 columns to a workgroup of 64.
+  EXPECT_EQ(plan.launches[0].groups, (Groups{1, 1, 1}));
+  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 0u), Pair(2u, 1u)));
+  EXPECT_EQ(plan.launches[1].groups, (Groups{9, 1, 1}));  // ceil(130 / 16)
   EXPECT_THAT(plan.launches[1].spec, ElementsAre(Pair(1u, 1u)));
+  // Past 256 columns pass 0 takes a workgroup per row.
+  ASSERT_OK_AND_ASSIGN(OpPlan wide, PlanLayerNormBackward(4, 300));
+  EXPECT_EQ(wide.launches[0].groups, (Groups{4, 1, 1}));
+  EXPECT_THAT(wide.launches[0].spec, ElementsAre(Pair(1u, 0u), Pair(2u, 0u)));
+  EXPECT_EQ(wide.launches[1].groups, (Groups{19, 1, 1}));  // ceil(300 / 16)
 }
 
 // Tests the causal softmax plans: rows = batch_heads * t, a group each.
@@ -224,7 +240,16 @@ TEST(NnPlanTest, Permute0213) {
   EXPECT_THAT(PlanOperands(plan), ElementsAre(Pair("in", 4800), Pair("out", 4800)));
   EXPECT_EQ(plan.launches[0].kernel, "permute_0213");
   EXPECT_THAT(PushWords(plan.launches[0]), ElementsAre(2, 3, 4, 50));
+  // 24 rows of 50: too few rows for a row per invocation.
   EXPECT_EQ(plan.launches[0].groups, (Groups{5, 1, 1}));  // ceil(1200 / 256)
+  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 0u)));
+  // 1024 rows of 16 (the demo's heads): an invocation per row.
+  ASSERT_OK_AND_ASSIGN(OpPlan rows, PlanPermute0213(16, 64, 1, 16));
+  EXPECT_EQ(rows.launches[0].groups, (Groups{4, 1, 1}));  // ceil(1024 / 256)
+  EXPECT_THAT(rows.launches[0].spec, ElementsAre(Pair(1u, 1u)));
+  // Rows past 1024 elements: an invocation per element again.
+  ASSERT_OK_AND_ASSIGN(OpPlan long_rows, PlanPermute0213(1024, 1, 1, 1025));
+  EXPECT_THAT(long_rows.launches[0].spec, ElementsAre(Pair(1u, 0u)));
 }
 
 // Tests every size and parameter error, each by its own message.

@@ -135,18 +135,22 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
     std::set<uint32_t> spec_ids;
   };
   const std::map<std::string, Expected> expected = {
-      {"add", {3, 2, 1, {0}}},       {"combine", {3, 2, 1, {0, 1, 2}}},
+      {"add", {3, 2, 1, {0}}},
+      {"combine", {3, 2, 1, {0, 1, 2}}},
       {"combine4", {3, 2, 1, {0, 1, 2}}},
       // Operands 0..7 and the result declared twice (as uints and as uvec4s);
       // the result is read when accumulating.
       {"combine_n", {9, 16, 0, {0, 1, 2, 3, 4, 5, 6}}},
-      {"copy", {2, 1, 1, {0}}},      {"fill", {1, 0, 1, {0}}},
-      {"matmul", {3, 2, 1, {0, 1}}}, {"mul", {3, 2, 1, {0}}},  {"reduce_sum", {2, 1, 1, {0}}},
+      {"copy", {2, 1, 1, {0}}},
+      {"fill", {1, 0, 1, {0}}},
+      {"matmul", {3, 2, 1, {0, 1}}},
+      {"mul", {3, 2, 1, {0}}},
+      {"reduce_sum", {2, 1, 1, {0}}},
       {"scale", {2, 1, 1, {0}}},
       // The model kernels (read-write bindings count as neither).
       {"adam", {4, 1, 0, {0}}},
       {"adam_update", {8, 5, 3, {0}}},
-      {"permute_0213", {2, 1, 1, {0}}},
+      {"permute_0213", {2, 1, 1, {0, 1}}},
       {"attention", {5, 3, 2, {0, 1}}},
       {"attention_backward", {9, 6, 3, {0, 1, 2}}},
       {"attention_backward_dot", {3, 2, 1, {0}}},
@@ -158,8 +162,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       // A and B are declared twice, at bindings 0 and 1 (as floats and as vec4s).
       {"gemm", {3, 4, 0, {0, 1, 2, 3, 4, 5, 6}}},
       {"embedding_backward", {3, 2, 0, {0}}},
-      {"layer_norm", {6, 3, 3, {0}}},
-      {"layer_norm_backward", {8, 5, 3, {0, 1}}},
+      {"layer_norm", {6, 3, 3, {0, 1}}},
+      {"layer_norm_backward", {8, 5, 3, {0, 1, 2}}},
       {"sgd", {3, 1, 0, {0}}},
       {"softmax_causal", {2, 1, 1, {0}}},
       {"softmax_causal_backward", {3, 2, 1, {0}}},
