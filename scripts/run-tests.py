@@ -9,6 +9,15 @@ arguments, so the selection is ctest's own), runs each test binary's cases in
 batches of at most --batch cases per process, JOBS processes at a time, and
 reads each case's result from GoogleTest's output.
 
+With --costs FILE (JSON: case name -> seconds, as a previous run wrote it), the
+longest work starts first (--costs-from FILE, repeatable, for read-only
+sources such as another build's or the repository's tests/test-costs.json):
+each binary's cases are packed into processes of at
+most --batch cases and about --chunk-seconds, and the processes are started
+longest first, so that the run does not end with one job on a long case while
+the others sit idle. Cases of unknown cost count as a second. After the run,
+FILE holds this run's times of the cases it ran (merged with the rest).
+
 A failed case fails the run and its output is printed; a failure is never
 retried. A process that ends before all its cases report (a crash, a
 sanitizer's report, a timeout) fails the case that was running, and the cases
@@ -41,8 +50,14 @@ class Case:
         props = {p["name"]: p["value"] for p in test.get("properties", [])}
         self.cwd = props.get("WORKING_DIRECTORY")
         self.timeout = float(props.get("TIMEOUT", 1500))
-        if "ENVIRONMENT" in props or "RESOURCE_LOCK" in props or "RUN_SERIAL" in props:
+        if "RESOURCE_LOCK" in props or "RUN_SERIAL" in props:
             raise SystemExit(f"run-tests: {self.name} has properties this runner does not honour")
+        # ENVIRONMENT: NAME=VALUE settings on top of the runner's own.
+        self.environment = tuple(props.get("ENVIRONMENT", []))
+        self.env = dict(os.environ)
+        for setting in self.environment:
+            name, _, value = setting.partition("=")
+            self.env[name] = value
         # ctest's name of a parameterized case carries its parameter after
         # the gtest name; the filter in its command is the gtest name alone.
         filt = [a[len("--gtest_filter="):] for a in self.command[1:] if a.startswith("--gtest_filter=")]
@@ -50,7 +65,8 @@ class Case:
         self.gtest = bool(self.gtest_name) and re.fullmatch(r"[\w/.]+", self.gtest_name) is not None
         # The binary and every argument but the filter: cases that agree on
         # these can share a process.
-        self.key = (self.cwd, tuple(a for a in self.command if not a.startswith("--gtest_filter=")))
+        self.key = (self.cwd, self.environment,
+                    tuple(a for a in self.command if not a.startswith("--gtest_filter=")))
 
 
 class Runner:
@@ -62,10 +78,12 @@ class Runner:
         self.failed = []  # case names
         self.done = 0
         self.total = 0
+        self.times = {}  # case name -> seconds this run
 
     def report(self, name, status, seconds, output=""):
         with self.lock:
             self.done += 1
+            self.times[name] = seconds
             if status == "OK":
                 self.passed += 1
             elif status == "SKIPPED":
@@ -78,10 +96,10 @@ class Runner:
             if output:
                 print(output, end="" if output.endswith("\n") else "\n", flush=True)
 
-    def run_process(self, argv, cwd, timeout):
+    def run_process(self, argv, cwd, env, timeout):
         start = time.monotonic()
         try:
-            proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   timeout=timeout, errors="replace")
             return proc.returncode, proc.stdout, time.monotonic() - start
         except subprocess.TimeoutExpired as e:
@@ -90,7 +108,7 @@ class Runner:
                 time.monotonic() - start
 
     def run_single(self, case):
-        code, out, secs = self.run_process(case.command, case.cwd, case.timeout)
+        code, out, secs = self.run_process(case.command, case.cwd, case.env, case.timeout)
         status = "OK" if code == 0 else ("Timeout" if code is None else "Failed")
         if code == 0 and case.gtest and re.search(r"\[  SKIPPED \]", out):
             status = "SKIPPED"
@@ -101,7 +119,7 @@ class Runner:
         joined = "--gtest_filter=" + ":".join(c.gtest_name for c in cases)
         argv = [joined if a.startswith("--gtest_filter=") else a for a in cases[0].command]
         timeout = min(sum(c.timeout for c in cases), 1500)
-        code, out, secs = self.run_process(argv, cases[0].cwd, timeout)
+        code, out, secs = self.run_process(argv, cases[0].cwd, cases[0].env, timeout)
         by_name = {c.gtest_name: c for c in cases}
         results, sections, times, running, started_at = {}, {}, {}, None, 0
         lines = out.splitlines(keepends=True)
@@ -155,8 +173,13 @@ class Runner:
                 self.run_single(c)
         return unreached
 
-    def run(self, cases, batch):
+    def run(self, cases, batch, costs=None, chunk_seconds=20.0):
         self.total = len(cases)
+        costs = costs or {}
+
+        def cost(c):
+            return costs.get(c.name, 1.0)
+
         groups = {}
         for c in cases:
             groups.setdefault(c.key if c.gtest else ("single", c.name), []).append(c)
@@ -164,8 +187,19 @@ class Runner:
         for key, members in groups.items():
             if key[0] == "single":
                 work.append(members)
-            else:
-                work += [members[i:i + batch] for i in range(0, len(members), batch)]
+                continue
+            # Longest first, each process filled up to the batch or the
+            # chunk's seconds (a case longer than that has a process alone).
+            chunk, chunk_cost = [], 0.0
+            for c in sorted(members, key=cost, reverse=True):
+                if chunk and (len(chunk) == batch or chunk_cost + cost(c) > chunk_seconds):
+                    work.append(chunk)
+                    chunk, chunk_cost = [], 0.0
+                chunk.append(c)
+                chunk_cost += cost(c)
+            if chunk:
+                work.append(chunk)
+        work.sort(key=lambda chunk: sum(cost(c) for c in chunk), reverse=True)
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
             pending = set()
 
@@ -191,6 +225,13 @@ def main():
     parser.add_argument("build_dir")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--batch", type=int, default=16, help="most cases to a process")
+    parser.add_argument("--costs", help="JSON of case seconds: read to start the longest work first,"
+                        " written back with this run's times")
+    parser.add_argument("--costs-from", action="append", default=[],
+                        help="JSON of case seconds read for the cases --costs lacks (repeatable: a later"
+                        " file wins over an earlier one)")
+    parser.add_argument("--chunk-seconds", type=float, default=20.0,
+                        help="with costs, the most seconds of cases packed into one process")
     parser.add_argument("--listing", help="read the selection from this file of ctest --show-only=json-v1"
                         " output instead of asking ctest (the runner's own tests)")
     args, selection = parser.parse_known_args()
@@ -203,9 +244,23 @@ def main():
     cases = [Case(t) for t in json.loads(listing)["tests"]]
     if not cases:
         raise SystemExit("run-tests: the selection holds no tests")
+    costs = {}
+    for path in args.costs_from + [args.costs]:  # later files win; --costs over all
+        if path and os.path.exists(path):
+            with open(path) as f:
+                costs.update(json.load(f))
     runner = Runner(args.jobs)
     start = time.monotonic()
-    runner.run(cases, max(1, args.batch))
+    runner.run(cases, max(1, args.batch), costs, args.chunk_seconds)
+    if args.costs:
+        saved = {}
+        if os.path.exists(args.costs):
+            with open(args.costs) as f:
+                saved = json.load(f)
+        saved.update({name: round(secs, 3) for name, secs in runner.times.items()})
+        with open(args.costs + ".tmp", "w") as f:
+            json.dump(saved, f, indent=0, sort_keys=True)
+        os.replace(args.costs + ".tmp", args.costs)
     failed = sorted(runner.failed)
     print(f"\n{runner.passed} passed, {runner.skipped} skipped, {len(failed)} failed of {len(cases)}"
           f" in {time.monotonic() - start:.0f} s")

@@ -13,14 +13,33 @@
 #                                  the tests that move memory (label
 #                                  moves-memory) with every accelerator on
 #                                  one VkDevice, in the plain build
-# Further arguments go to ctest (to scripts/run-tests.py, which passes them to
-# ctest's selection, in the sanitizer suites).
+# Further arguments select tests as ctest's do (-R, -E, -L, -LE: they go to
+# scripts/run-tests.py, which asks ctest for the selection).
+#
+# Every suite runs several cases to a process (scripts/run-tests.py): a
+# process costs a fraction of a second before its first case begins (a Vulkan
+# instance, the validation layer; about a second under a sanitizer), which
+# one process per case spent over and over. A crash fails its case and the
+# rest go on in a new process; a failure is never retried. Each build keeps
+# its cases' times (test-costs.json) so that the longest work starts first,
+# and the sanitizer suites, built fresh, order theirs by the plain build's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 # Sanitizer builds: -O1 as the sanitizers advise, and line tables only
 # (reports still name file:line), which builds much faster than full -g.
+# The runner, two processes at a time (the suite's timing margins are set
+# for two busy cores). Its cases' times are kept in the build; a case this
+# build has not timed yet takes the plain build's time, or else the time in
+# tests/test-costs.json (the plain suite's on a 2-core machine, for a fresh
+# checkout; only the order of the work depends on it).
+run_tests() {
+  local dir=$1
+  shift
+  python3 scripts/run-tests.py "$dir" -j 2 --costs "$dir/test-costs.json" --costs-from tests/test-costs.json \
+    --costs-from build/test-costs.json "$@"
+}
 SANITIZER_FLAGS=(-DCAUSEWAY_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 if [ "${1:-}" = "--asan" ]; then
   shift
@@ -39,12 +58,8 @@ if [ "${1:-}" = "--asan" ]; then
   # every test's Vulkan calls under it, and it costs a sanitized process about
   # half a second to start. The one-device pass, which only runs here, keeps
   # it.
-  #
-  # The sanitizer passes run several cases to a process (scripts/run-tests.py):
-  # a sanitized process costs about a second to start, which one process per
-  # case spent over and over. The plain suite keeps ctest's one per case.
-  CAUSEWAY_TEST_NO_VALIDATION=1 python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -E '^install\.' -LE moves-memory "$@"
-  CAUSEWAY_SHARING=one-device python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -L moves-memory "$@"
+  CAUSEWAY_TEST_NO_VALIDATION=1 run_tests "$BUILD_DIR" -E '^install\.' -LE moves-memory "$@"
+  CAUSEWAY_SHARING=one-device run_tests "$BUILD_DIR" -L moves-memory "$@"
 elif [ "${1:-}" = "--tsan" ]; then
   shift
   export BUILD_DIR=${BUILD_DIR:-build-tsan}
@@ -70,15 +85,14 @@ elif [ "${1:-}" = "--tsan" ]; then
   BULK+='|^CrossIslandTest\.PipelineMatchesReferenceForEveryLayout$'
   BULK+='|^TwoIslandsTest\.DataParallelAcrossIslandsFollowsOneAccelerator$'
   # The validation layer is off, as in the ASan suite's first pass.
-  # Several cases to a process, as in the ASan suite.
-  CAUSEWAY_TEST_NO_VALIDATION=1 python3 scripts/run-tests.py "$BUILD_DIR" -j 2 -E "^install\\.|WeightedShares|$BULK" "$@"
+  CAUSEWAY_TEST_NO_VALIDATION=1 run_tests "$BUILD_DIR" -E "^install\\.|WeightedShares|$BULK" "$@"
 elif [ "${1:-}" = "--one-device" ]; then
   shift
   bash scripts/build.sh
   # Queues of one VkDevice wait on each other's timelines directly, not
   # through host relays (sharing in causeway/runtime/runtime.h).
-  CAUSEWAY_SHARING=one-device ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 -L moves-memory "$@"
+  CAUSEWAY_SHARING=one-device run_tests "${BUILD_DIR:-build}" -L moves-memory "$@"
 else
   bash scripts/build.sh
-  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j 2 "$@"
+  run_tests "${BUILD_DIR:-build}" "$@"
 fi

@@ -28,7 +28,7 @@ FAKE = textwrap.dedent("""\
             os._exit(1)
         if "Hang" in n:
             time.sleep(60)
-        if "Fail" in n:
+        if "Fail" in n or ("Env" in n and os.environ.get("FAKE_SETTING") != "on"):
             print(f"fake.cc:1: Failure in {n}")
             print(f"[  FAILED  ] {n} (1 ms)")
         elif "Slow" in n:
@@ -55,18 +55,19 @@ class RunTestsTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def run_cases(self, names, batch=16, timeout=300):
+    def run_cases(self, names, batch=16, timeout=300, extra=(), environment=None):
         tests = [{
             "name": n,
             "command": [sys.executable, self.fake, f"--gtest_filter={n}", "--gtest_also_run_disabled_tests"],
             "properties": [{"name": "TIMEOUT", "value": timeout},
-                           {"name": "WORKING_DIRECTORY", "value": self.dir.name}],
+                           {"name": "WORKING_DIRECTORY", "value": self.dir.name}] +
+                          ([{"name": "ENVIRONMENT", "value": environment}] if environment else []),
         } for n in names]
         listing = os.path.join(self.dir.name, "listing.json")
         with open(listing, "w") as f:
             json.dump({"tests": tests}, f)
         proc = subprocess.run([sys.executable, RUNNER, self.dir.name, "-j", "2", "--batch", str(batch),
-                               "--listing", listing], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               "--listing", listing, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=dict(os.environ, FAKE_LOG=self.log), timeout=120)
         with open(self.log) as f:
             starts = [line.strip() for line in f]
@@ -118,6 +119,30 @@ class RunTestsTest(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.assertRegex(out, r"S\.Slow1 \.+ Passed +1\.23 sec")
         self.assertRegex(out, r"S\.Pass0 \.+ Passed +0\.00 sec")
+
+    def test_costs_pack_processes_and_are_written_back(self):
+        # Known costs pack each binary's cases longest first into processes
+        # of about --chunk-seconds; the run's own times are written back.
+        costs = os.path.join(self.dir.name, "costs.json")
+        with open(costs, "w") as f:
+            json.dump({"S.Pass0": 15, "S.Pass1": 1, "S.Pass2": 15, "S.Pass3": 1, "Other.Case": 7}, f)
+        code, out, starts = self.run_cases(["S.Pass0", "S.Pass1", "S.Pass2", "S.Pass3", "S.Slow4"],
+                                           extra=["--costs", costs, "--chunk-seconds", "20"])
+        self.assertEqual(code, 0, out)
+        # Sorted by cost (ties in listing order): 0 (15) alone, then 2 (15)
+        # with the unknown Slow4 (1) and Pass1 and Pass3 (1 each): 18 s.
+        self.assertEqual(sorted(starts), sorted(["S.Pass0", "S.Pass2:S.Pass1:S.Pass3:S.Slow4"]))
+        with open(costs) as f:
+            written = json.load(f)
+        self.assertEqual(written["S.Slow4"], 1.234)
+        self.assertEqual(written["S.Pass0"], 0.001)
+        self.assertEqual(written["Other.Case"], 7)  # not run: kept
+
+    def test_a_case_runs_with_its_environment_property(self):
+        code, out, _ = self.run_cases(["S.Env0"])
+        self.assertEqual(code, 1)  # the control: without the setting it fails
+        code, out, _ = self.run_cases(["S.Env0"], environment=["FAKE_SETTING=on"])
+        self.assertEqual(code, 0, out)
 
     def test_skipped_cases_are_counted_as_skipped(self):
         code, out, _ = self.run_cases(["S.Skip0", "S.Pass1"])
