@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,29 @@ KernelDeviceFeatures EnabledKernelFeatures(const PhysicalDeviceInfo& info) {
   f.storage_buffer_16bit = info.storage_buffer_16bit;
   f.subgroup_operations = info.subgroup_operations;
   return f;
+}
+
+namespace {
+
+// The most bindings of one kind a kernel's single set may hold, `per_stage`
+// and `per_set` being that kind's limits.
+uint32_t BindingLimit(const PhysicalDeviceInfo& info, bool push_descriptors, uint32_t per_stage,
+                      uint32_t per_set) {
+  uint32_t limit = std::min({per_stage, per_set, info.limits.maxPerStageResources});
+  if (push_descriptors) limit = std::min(limit, info.max_push_descriptors);
+  return limit;
+}
+
+}  // namespace
+
+uint32_t MaxStorageBuffersPerKernel(const PhysicalDeviceInfo& info, bool push_descriptors) {
+  return BindingLimit(info, push_descriptors, info.limits.maxPerStageDescriptorStorageBuffers,
+                      info.limits.maxDescriptorSetStorageBuffers);
+}
+
+uint32_t MaxUniformBuffersPerKernel(const PhysicalDeviceInfo& info, bool push_descriptors) {
+  return BindingLimit(info, push_descriptors, info.limits.maxPerStageDescriptorUniformBuffers,
+                      info.limits.maxDescriptorSetUniformBuffers);
 }
 
 std::string RobustAccessSummary(const PhysicalDeviceInfo& info) {
@@ -288,12 +312,20 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
     }
   }
   std::vector<VkDescriptorSetLayoutBinding> bindings;
+  uint32_t storage_buffers = 0, uniform_buffers = 0;
   for (const auto& b : r.bindings) {
     if (b.set != 0) {
       return absl::InvalidArgumentError(absl::StrCat("kernel '", kernel->name(), "' binding ", b.binding,
                                                      " is in descriptor set ", b.set,
                                                      "; Causeway binds set 0 only"));
     }
+    // A driver sizes the layout by the highest number (lavapipe crashed on
+    // 2^32 - 1 and ran out of host memory on 2^31 - 1).
+    if (b.binding > kMaxBindingNumber) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", kernel->name(), "' uses binding ", b.binding,
+                                                     "; binding numbers are at most ", kMaxBindingNumber));
+    }
+    ++(b.kind == BindingKind::kUniformBuffer ? uniform_buffers : storage_buffers);
     VkDescriptorSetLayoutBinding lb{};
     lb.binding = b.binding;
     lb.descriptorType = b.kind == BindingKind::kUniformBuffer ? VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
@@ -301,6 +333,22 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
     lb.descriptorCount = 1;
     lb.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
     bindings.push_back(lb);
+  }
+  // Beyond these limits the layout is invalid usage, which a driver may
+  // crash on.
+  const bool push = push_descriptors();
+  for (const auto& [count, limit, what] :
+       {std::tuple{storage_buffers, MaxStorageBuffersPerKernel(info_, push), "storage buffers"},
+        std::tuple{uniform_buffers, MaxUniformBuffersPerKernel(info_, push), "uniform buffers"},
+        std::tuple{storage_buffers + uniform_buffers,
+                   push ? std::min(info_.limits.maxPerStageResources, info_.max_push_descriptors)
+                        : info_.limits.maxPerStageResources,
+                   "buffers"}}) {
+    if (count > limit) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel '", kernel->name(), "' binds ", count, " ", what,
+                                                     "; device '", info_.name,
+                                                     "' lets a kernel bind at most ", limit));
+    }
   }
   if (r.push_constant_size > info_.limits.maxPushConstantsSize) {
     return absl::InvalidArgumentError(absl::StrCat("kernel '", kernel->name(), "' needs ", r.push_constant_size,

@@ -49,6 +49,18 @@ PipelineKey MakePipelineKey(absl::Span<const uint32_t> spirv, const SpecValues& 
 // offers), as kernel admission sees them.
 KernelDeviceFeatures EnabledKernelFeatures(const PhysicalDeviceInfo& info);
 
+// The highest binding number a kernel may use. Causeway binds buffers by
+// position, so a kernel needs no more numbers than buffers; a driver sizes a
+// set layout by its highest number (lavapipe allocates an entry for each
+// number up to it).
+inline constexpr uint32_t kMaxBindingNumber = 1023;
+
+// The most storage buffers one kernel may bind on a device made from `info`
+// (its per-stage, per-set and per-stage-resource limits, and with
+// `push_descriptors` the pushed set's); likewise uniform buffers.
+uint32_t MaxStorageBuffersPerKernel(const PhysicalDeviceInfo& info, bool push_descriptors);
+uint32_t MaxUniformBuffersPerKernel(const PhysicalDeviceInfo& info, bool push_descriptors);
+
 // The bounds checks a device made from `info` turns on, for `causeway
 // devices`: "robustBufferAccess on, robustBufferAccess2 on" (each on where
 // the device offers it).

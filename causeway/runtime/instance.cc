@@ -101,9 +101,16 @@ PhysicalDeviceInfo ReadDevice(VkPhysicalDevice pd, uint32_t index) {
   driver.pNext = &subgroup;
   VkPhysicalDeviceIDProperties ids{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
   ids.pNext = &driver;
+  VkPhysicalDevicePushDescriptorPropertiesKHR push{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   props.pNext = &ids;
+  if (info.HasExtension(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
+    push.pNext = props.pNext;
+    props.pNext = &push;
+  }
   vkGetPhysicalDeviceProperties2(pd, &props);
+  info.max_push_descriptors = push.maxPushDescriptors;
   info.name = props.properties.deviceName;
   info.type = props.properties.deviceType;
   info.vendor_id = props.properties.vendorID;

@@ -54,6 +54,7 @@ struct PhysicalDeviceInfo {
   // Features and extensions Causeway uses.
   bool timeline_semaphore = false;
   bool push_descriptor = false;
+  uint32_t max_push_descriptors = 0;  // bindings of a pushed set (VK_KHR_push_descriptor)
   bool external_memory_fd = false;
   bool calibrated_timestamps = false;
   bool shader_float16 = false;

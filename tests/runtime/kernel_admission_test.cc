@@ -296,5 +296,87 @@ void main() {
   for (int i = 0; i < 128; ++i) EXPECT_EQ(got[i], values[(i / 64) * 64 + 63 - i % 64]) << i;
 }
 
+// A kernel with `count` storage buffers at bindings 0.. count - 1, each read
+// (so each is statically used), the sum written to binding 0.
+std::string ManyBuffersGlsl(uint32_t count) {
+  std::string source = "#version 450\nlayout(local_size_x = 1) in;\n";
+  std::string sum = "0.0";
+  for (uint32_t i = 0; i < count; ++i) {
+    absl::StrAppend(&source, "layout(set = 0, binding = ", i, ") buffer B", i, " { float v", i, "[]; };\n");
+    absl::StrAppend(&sum, " + v", i, "[1]");
+  }
+  absl::StrAppend(&source, "void main() { v0[0] = ", sum, "; }\n");
+  return source;
+}
+
+// Tests that a kernel with more buffers than the device lets one stage (or
+// one pushed descriptor set) bind is refused before its layout is made,
+// naming the count and the limit, and that one at the limit runs with the
+// right result. Beyond the limit the layout is invalid usage, which the
+// validation layer reports and a driver may crash on.
+TEST(DeviceAdmissionTest, MoreBuffersThanTheDeviceBindsAreRefused) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  const uint32_t limit = MaxStorageBuffersPerKernel(acc->info(), acc->device().push_descriptors());
+  ASSERT_GE(limit, 4u);  // Vulkan's minimum
+  ASSERT_LT(limit, 1000u) << "a limit this test cannot reach";
+  ASSERT_OK_AND_ASSIGN(auto over, Kernel::FromGlsl("many-buffers", ManyBuffersGlsl(limit + 1)));
+  absl::Status s = acc->device().GetPipeline(over).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("kernel 'many-buffers'"),
+                                 HasSubstr(absl::StrCat(limit + 1, " storage buffers")),
+                                 HasSubstr(absl::StrCat("at most ", limit))));
+
+  ASSERT_OK_AND_ASSIGN(auto at, Kernel::FromGlsl("most-buffers", ManyBuffersGlsl(limit)));
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  std::vector<BufferArg> args;
+  for (uint32_t i = 0; i < limit; ++i) {
+    const std::array<float, 2> values = {0.0f, static_cast<float>(i + 1)};
+    ASSERT_OK_AND_ASSIGN(auto buffer, acc->CreateBuffer(sizeof(values)));
+    ASSERT_OK(acc->UploadSync(buffer, values.data(), sizeof(values)));
+    buffers.push_back(buffer);
+    args.push_back(buffer);
+  }
+  ASSERT_OK_AND_ASSIGN(auto list, acc->CreateCommandList("most-buffers"));
+  ASSERT_OK(list->Dispatch(at, args, absl::Span<const uint8_t>(), {1, 1, 1}));
+  ASSERT_OK(acc->Submit(list).Await());
+  float got = 0;
+  ASSERT_OK(acc->DownloadSync(buffers[0], &got, sizeof(got)));
+  // Binding 0's v[1] is read before the write to v[0]: 1 + 2 + ... + limit.
+  EXPECT_EQ(got, static_cast<float>(limit * (limit + 1) / 2));
+}
+
+// Tests that a binding number far beyond any kernel's binding count is
+// refused: Causeway binds buffers by position, and a driver sizes its layout
+// by the highest number (lavapipe allocates an entry per number up to it).
+// glslang refuses such numbers, so the module's Binding decoration is
+// rewritten.
+TEST(DeviceAdmissionTest, HugeBindingNumbersAreRefused) {
+  std::unique_ptr<Runtime> rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  const std::vector<uint32_t> words = MustCompile(kScaleGlsl);
+  for (const uint32_t binding : {kMaxBindingNumber + 1, 0x7fffffffu, 0xffffffffu}) {
+    std::vector<uint32_t> patched = words;
+    int rewritten = 0;
+    // OpDecorate (opcode 71, 4 words) %target Binding (33) literal.
+    for (size_t i = 5; i < patched.size();) {
+      const uint32_t count = patched[i] >> 16, opcode = patched[i] & 0xffff;
+      if (opcode == 71 && count == 4 && patched[i + 2] == 33) {
+        patched[i + 3] = binding;
+        ++rewritten;
+      }
+      i += count == 0 ? 1 : count;
+    }
+    ASSERT_EQ(rewritten, 1);
+    ASSERT_OK_AND_ASSIGN(auto kernel, Kernel::FromSpirv("far-binding", patched));
+    absl::Status s = rt->accelerator(0)->device().GetPipeline(kernel).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(),
+                AllOf(HasSubstr("kernel 'far-binding'"), HasSubstr(absl::StrCat("binding ", binding)),
+                      HasSubstr(absl::StrCat("at most ", kMaxBindingNumber))));
+  }
+}
+
 }  // namespace
 }  // namespace causeway
