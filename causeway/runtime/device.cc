@@ -45,14 +45,10 @@ void AppendWord(std::string* bytes, uint32_t word) {
 
 }  // namespace
 
-PipelineKey MakePipelineKey(absl::Span<const uint32_t> spirv, const SpecValues& spec) {
-  std::string bytes;
-  bytes.reserve(16 + spirv.size() * 4 + spec.size() * 8);
-  // Little-endian throughout, counts first, so that the module's end and the
-  // values' start cannot be shifted against each other.
-  AppendWord(&bytes, static_cast<uint32_t>(spirv.size()));
-  AppendWord(&bytes, static_cast<uint32_t>(spirv.size() >> 32));
-  for (uint32_t word : spirv) AppendWord(&bytes, word);
+PipelineKey MakePipelineKey(const Kernel::Digest& module, const SpecValues& spec) {
+  std::string bytes(module.begin(), module.end());
+  bytes.reserve(bytes.size() + 4 + spec.size() * 8);
+  // Little-endian, the count first.
   AppendWord(&bytes, static_cast<uint32_t>(spec.size()));
   for (const auto& [id, value] : spec) {
     AppendWord(&bytes, id);
@@ -294,7 +290,7 @@ absl::StatusOr<const Pipeline*> Device::GetPipeline(const std::shared_ptr<const 
                                                     const SpecValues& spec_in) {
   SpecValues spec = spec_in;
   std::sort(spec.begin(), spec.end());
-  PipelineKey key = MakePipelineKey(kernel->spirv(), spec);
+  PipelineKey key = MakePipelineKey(kernel->sha256(), spec);
   absl::MutexLock lock(&mu_);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second.get();
 

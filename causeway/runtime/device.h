@@ -38,12 +38,14 @@ struct Pipeline {
 // Specialization values: constant id -> 32-bit value (floats by bit pattern).
 using SpecValues = std::vector<std::pair<uint32_t, uint32_t>>;
 
-// What keys a device's pipelines: SHA-256 over the whole module's words and
-// every specialization value (`spec` sorted by id), each length-prefixed, so
-// that no two different (module, values) pairs share a pipeline short of a
-// SHA-256 collision.
+// What keys a device's pipelines: SHA-256 over the module's digest (the
+// kernel's sha256(), SHA-256 of its whole words) and every specialization
+// value (`spec` sorted by id, the count first), so that no two different
+// (module, values) pairs share a pipeline short of a SHA-256 collision. Made
+// for every dispatch recorded: the module is hashed once, when its Kernel is
+// made, not here.
 using PipelineKey = std::array<uint8_t, 32>;
-PipelineKey MakePipelineKey(absl::Span<const uint32_t> spirv, const SpecValues& spec);
+PipelineKey MakePipelineKey(const Kernel::Digest& module, const SpecValues& spec);
 
 // The optional features a device made from `info` enables (every one it
 // offers), as kernel admission sees them.
