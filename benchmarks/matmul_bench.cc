@@ -292,6 +292,18 @@ void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t
        [&](CommandList& l) {
          return ops::AdamUpdate(l, y, dy, m, v, step, y, m, v, static_cast<uint32_t>(n), adam);
        }},
+      // The same elements as four tensors in one fused dispatch.
+      {"adam_update_multi", 4.0 * 7 * n,
+       [&](CommandList& l) {
+         const uint64_t q = n / 4, bytes = q * 4;
+         std::vector<ops::AdamTensor> tensors;
+         for (uint64_t i = 0; i < 4; ++i) {
+           const BufferArg py(y, i * bytes, bytes), pm(m, i * bytes, bytes), pv(v, i * bytes, bytes);
+           tensors.push_back(
+               {py, BufferArg(dy, i * bytes, bytes), pm, pv, py, pm, pv, static_cast<uint32_t>(q)});
+         }
+         return ops::AdamUpdateMulti(l, tensors, step, adam);
+       }},
   };
   std::printf("\n%-22s %10s %9s %9s %9s %5s\n", "memory-bound", "shape", "kernel", "copy", "kernel/c",
               "reps");
@@ -327,10 +339,11 @@ void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t
     std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
     const double got = Median(samples[0]), copy_cmd = Median(samples[1]), copy_kernel = Median(samples[2]);
     const double copy = std::max(copy_cmd, copy_kernel);
-    const std::string shape =
-        kernel.name == "permute_0213"
-            ? absl::StrCat(batch, "x", t, "x", heads, "x", head_dim)
-            : (kernel.name == "adam_update" ? absl::StrCat(n) : absl::StrCat(rows, "x", cols));
+    const std::string shape = kernel.name == "permute_0213"
+                                  ? absl::StrCat(batch, "x", t, "x", heads, "x", head_dim)
+                              : kernel.name == "adam_update"       ? absl::StrCat(n)
+                              : kernel.name == "adam_update_multi" ? absl::StrCat("4x", n / 4)
+                                                                   : absl::StrCat(rows, "x", cols);
     std::printf("%-22s %10s %9.2f %9.2f %9.3f %5d%s\n", kernel.name.c_str(), shape.c_str(), got, copy,
                 got / copy, reps,
                 copy_cmd >= copy_kernel ? "  (copy: vkCmdCopyBuffer)" : "  (copy: copy kernel)");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "causeway/base/status.h"
 #include "causeway/kernels/builtin_kernels.h"
@@ -465,6 +466,86 @@ absl::StatusOr<OpPlan> PlanAdamUpdate(uint32_t count, const AdamConfig& config) 
                    PushBytes(AdamUpdateParams{count, config.lr, config.beta1, config.beta2, config.eps,
                                               config.weight_decay}),
                    Groups1D(count, kElementwiseLocal));
+}
+
+namespace {
+
+// Push constants of adam_update_multi.
+struct AdamUpdateMultiParams {
+  uint32_t count[kAdamTensorsPerLaunch];
+  uint32_t first_group[kAdamTensorsPerLaunch];
+  uint32_t groups[kAdamTensorsPerLaunch];
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+};
+// Groups per tensor at most: the four tensors' together stay within the
+// 65535 groups every device dispatches in x.
+constexpr uint32_t kAdamMultiMaxGroups = 65535 / kAdamTensorsPerLaunch;
+
+}  // namespace
+
+absl::StatusOr<OpPlan> PlanAdamUpdateMulti(absl::Span<const uint32_t> counts, const AdamConfig& config) {
+  constexpr absl::string_view kOp = "adam_update_multi";
+  if (counts.empty()) return absl::InvalidArgumentError(absl::StrCat(kOp, ": needs at least one tensor"));
+  const size_t n = counts.size();
+  OpPlan plan;
+  plan.name = absl::StrCat(kOp, " ", absl::StrJoin(counts, "+"));
+  for (size_t t = 0; t < n; ++t) {
+    CAUSEWAY_RETURN_IF_ERROR(CheckAdam(absl::StrCat(kOp, " tensor ", t), counts[t], config));
+    for (const char* name : {"p", "g", "m", "v"})
+      plan.operands.push_back(Floats(absl::StrCat(name, t), counts[t]));
+  }
+  const int step = static_cast<int>(plan.operands.size());
+  plan.operands.push_back(Floats("step", 1));
+  for (size_t t = 0; t < n; ++t) {
+    for (const char* name : {"p_out", "m_out", "v_out"}) {
+      plan.operands.push_back(Floats(absl::StrCat(name, t), counts[t]));
+    }
+  }
+  auto input = [](size_t t, int k) { return static_cast<int>(4 * t) + k; };
+  auto output = [step](size_t t, int k) { return step + 1 + static_cast<int>(3 * t) + k; };
+  for (size_t first = 0; first < n; first += kAdamTensorsPerLaunch) {
+    const size_t used = std::min(kAdamTensorsPerLaunch, n - first);
+    AdamUpdateMultiParams params{{},           {},           {},         config.lr,
+                                 config.beta1, config.beta2, config.eps, config.weight_decay};
+    uint32_t total = 0;
+    for (size_t slot = 0; slot < used; ++slot) {
+      params.count[slot] = counts[first + slot];
+      params.first_group[slot] = total;
+      params.groups[slot] = Groups1D(counts[first + slot], kElementwiseLocal, kAdamMultiMaxGroups)[0];
+      total += params.groups[slot];
+    }
+    // Unused slots: no elements, no groups, and a first group no group
+    // reaches; bound to the last used tensor's buffers, never touched.
+    for (size_t slot = used; slot < kAdamTensorsPerLaunch; ++slot) params.first_group[slot] = total;
+    Launch launch{std::string(kOp), {}, PushBytes(params), {total, 1, 1}, {}};
+    for (size_t slot = 0; slot < kAdamTensorsPerLaunch; ++slot) {
+      const size_t t = first + std::min(slot, used - 1);
+      for (int k = 0; k < 4; ++k) launch.operands.push_back(input(t, k));
+    }
+    launch.operands.push_back(step);
+    for (size_t slot = 0; slot < kAdamTensorsPerLaunch; ++slot) {
+      const size_t t = first + std::min(slot, used - 1);
+      for (int k = 0; k < 3; ++k) launch.operands.push_back(output(t, k));
+    }
+    plan.launches.push_back(std::move(launch));
+  }
+  return plan;
+}
+
+absl::Status AdamUpdateMulti(CommandList& list, absl::Span<const AdamTensor> tensors, const BufferArg& step,
+                             const AdamConfig& config) {
+  std::vector<uint32_t> counts;
+  for (const AdamTensor& t : tensors) counts.push_back(t.count);
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAdamUpdateMulti(counts, config));
+  std::vector<BufferArg> buffers;
+  for (const AdamTensor& t : tensors) buffers.insert(buffers.end(), {t.p, t.g, t.m, t.v});
+  buffers.push_back(step);
+  for (const AdamTensor& t : tensors) buffers.insert(buffers.end(), {t.p_out, t.m_out, t.v_out});
+  return Record(list, plan, buffers);
 }
 
 absl::Status AdamUpdate(CommandList& list, const BufferArg& p, const BufferArg& g, const BufferArg& m,

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "causeway/kernels/op_plan.h"
 #include "causeway/runtime/command_list.h"
 
@@ -108,6 +109,17 @@ absl::Status Permute0213(CommandList& list, const BufferArg& in, const BufferArg
 absl::Status AdamUpdate(CommandList& list, const BufferArg& p, const BufferArg& g, const BufferArg& m,
                         const BufferArg& v, const BufferArg& step, const BufferArg& p_out, const BufferArg& m_out,
                         const BufferArg& v_out, uint32_t count, const AdamConfig& config);
+// One tensor of a multi-tensor Adam update: AdamUpdate's operands and count.
+struct AdamTensor {
+  BufferArg p, g, m, v, p_out, m_out, v_out;
+  uint32_t count = 0;
+};
+// AdamUpdate on every tensor of `tensors` (at least one), with one dispatch
+// per kAdamTensorsPerLaunch tensors: bit for bit the results of one
+// AdamUpdate each.
+inline constexpr size_t kAdamTensorsPerLaunch = 4;
+absl::Status AdamUpdateMulti(CommandList& list, absl::Span<const AdamTensor> tensors, const BufferArg& step,
+                             const AdamConfig& config);
 
 // The same operations as plans (op_plan.h), for functions of programs. The
 // operands are those of the helpers above in their order; optional ones
@@ -129,6 +141,10 @@ absl::StatusOr<OpPlan> PlanAdam(uint32_t count, uint32_t step, const AdamConfig&
 absl::StatusOr<OpPlan> PlanSgd(uint32_t count, float lr, float momentum = 0.0f);
 absl::StatusOr<OpPlan> PlanPermute0213(uint32_t a, uint32_t b, uint32_t c, uint32_t d);
 absl::StatusOr<OpPlan> PlanAdamUpdate(uint32_t count, const AdamConfig& config);
+// AdamUpdateMulti for tensors of `counts` elements: operands p, g, m, v of
+// each tensor in turn ("p0", "g0", "m0", "v0", "p1", ...), then "step", then
+// p_out, m_out, v_out of each ("p_out0", "m_out0", "v_out0", "p_out1", ...).
+absl::StatusOr<OpPlan> PlanAdamUpdateMulti(absl::Span<const uint32_t> counts, const AdamConfig& config);
 
 }  // namespace causeway::ops
 

@@ -227,12 +227,21 @@ absl::StatusOr<std::shared_ptr<const Function>> Optimizer(const std::string& nam
     in.push_back({f.Input(F32(t->shape)), f.Input(F32(t->shape)), f.Input(F32(t->shape)), f.Input(F32(t->shape))});
   }
   const int step = f.Input(F32({1}));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const int p = f.Output(F32(tensors[i]->shape)), m = f.Output(F32(tensors[i]->shape));
-    const int v = f.Output(F32(tensors[i]->shape));
-    f.Add(ops::PlanAdamUpdate(static_cast<uint32_t>(NumElements(tensors[i]->shape)), adam),
-          {in[i][0], in[i][1], in[i][2], in[i][3], step, p, m, v});
+  std::vector<int> out;
+  for (const ParameterInfo* t : tensors) {
+    for (int k = 0; k < 3; ++k) out.push_back(f.Output(F32(t->shape)));
   }
+  // One fused update for the group's tensors (a dispatch per four), bit for
+  // bit adam_update on each.
+  std::vector<uint32_t> counts;
+  std::vector<int> operands;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    counts.push_back(static_cast<uint32_t>(NumElements(tensors[i]->shape)));
+    operands.insert(operands.end(), in[i].begin(), in[i].end());
+  }
+  operands.push_back(step);
+  operands.insert(operands.end(), out.begin(), out.end());
+  f.Add(ops::PlanAdamUpdateMulti(counts, adam), operands);
   return f.Build();
 }
 

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "causeway/base/status.h"
 #include "causeway/kernels/nn_ops.h"
 #include "causeway/kernels/nn_reference.h"
@@ -736,6 +737,113 @@ TEST_F(NnKernelsTest, AdamUpdateChainsLikeThreeAdamSteps) {
     EXPECT_TRUE(Near(got_m, m, kKernelTol)) << "m after step " << step;
     EXPECT_TRUE(Near(got_v, v, kKernelTol)) << "v after step " << step;
   }
+}
+
+// Tests adam_update_multi over 1 to 9 tensors (so launches with every count
+// of used slots, 1 to 4), of sizes around a workgroup and one past what its
+// groups cover in one pass (so its grid-stride loop runs twice): every
+// output bit for bit adam_update's on the same tensor, and within the
+// reference's tolerance; nothing written past the outputs; every input
+// unchanged. Then in place, bit for bit the same.
+TEST_F(NnKernelsTest, AdamUpdateMultiIsAdamUpdatePerTensor) {
+  const ops::AdamConfig config{
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+  const reference::AdamOptions options{config.lr, config.beta1, config.beta2, config.eps,
+                                       config.weight_decay};
+  const uint32_t kPastOnePass = 65535 / 4 * 256 + 3;  // adam_update_multi's groups per tensor, times 256
+  const std::vector<std::vector<uint32_t>> cases = {
+      {257}, {1, 256, 1000}, {5, 255, 257, 64}, {3, 1, 4, 1, 5, 9, 2, 6, 5}, {kPastOnePass, 100}};
+  ASSERT_OK_AND_ASSIGN(auto sb, NewBuffer(acc_, std::vector<float>{3.0f}));
+  for (const std::vector<uint32_t>& counts : cases) {
+    SCOPED_TRACE(absl::StrCat("counts ", absl::StrJoin(counts, ",")));
+    struct Tensor {
+      std::vector<float> p, g, m, v;
+      std::shared_ptr<Buffer> pb, gb, mb, vb, po, mo, vo;
+    };
+    std::vector<Tensor> tensors(counts.size());
+    std::vector<ops::AdamTensor> args;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      const uint32_t n = counts[t];
+      Tensor& x = tensors[t];
+      x.p = RandomFloats(n, 40 + t);
+      x.g = RandomFloats(n, 50 + t, -2.0f, 2.0f);
+      x.m = RandomFloats(n, 60 + t, -0.5f, 0.5f);
+      x.v = RandomFloats(n, 70 + t, 0.0f, 1.0f);
+      ASSERT_OK_AND_ASSIGN(x.pb, NewBuffer(acc_, x.p));
+      ASSERT_OK_AND_ASSIGN(x.gb, NewBuffer(acc_, x.g));
+      ASSERT_OK_AND_ASSIGN(x.mb, NewBuffer(acc_, x.m));
+      ASSERT_OK_AND_ASSIGN(x.vb, NewBuffer(acc_, x.v));
+      ASSERT_OK_AND_ASSIGN(x.po, OutputBuffer(acc_, n));
+      ASSERT_OK_AND_ASSIGN(x.mo, OutputBuffer(acc_, n));
+      ASSERT_OK_AND_ASSIGN(x.vo, OutputBuffer(acc_, n));
+      args.push_back({x.pb, x.gb, x.mb, x.vb, x.po, x.mo, x.vo, n});
+    }
+    ASSERT_OK(RunList(acc_, [&](CommandList& list) { return ops::AdamUpdateMulti(list, args, sb, config); }));
+    std::vector<std::array<std::vector<float>, 3>> multi(counts.size());
+    for (size_t t = 0; t < counts.size(); ++t) {
+      SCOPED_TRACE(absl::StrCat("tensor ", t));
+      const uint32_t n = counts[t];
+      Tensor& x = tensors[t];
+      std::vector<float> p = x.p, m = x.m, v = x.v;
+      reference::AdamStep(p, x.g, m, v, 3, options);
+      ASSERT_OK_AND_ASSIGN(multi[t][0], Read<float>(acc_, x.po));
+      ASSERT_OK_AND_ASSIGN(multi[t][1], Read<float>(acc_, x.mo));
+      ASSERT_OK_AND_ASSIGN(multi[t][2], Read<float>(acc_, x.vo));
+      EXPECT_TRUE(Near(multi[t][0], p, kKernelTol)) << "p_out";
+      EXPECT_TRUE(Near(multi[t][1], m, kKernelTol)) << "m_out";
+      EXPECT_TRUE(Near(multi[t][2], v, kKernelTol)) << "v_out";
+      const std::pair<const std::shared_ptr<Buffer>*, const std::vector<float>*> inputs[] = {
+          {&x.pb, &x.p}, {&x.gb, &x.g}, {&x.mb, &x.m}, {&x.vb, &x.v}};
+      for (const auto& [buffer, want] : inputs) {
+        ASSERT_OK_AND_ASSIGN(auto kept, Read<float>(acc_, *buffer));
+        EXPECT_EQ(Bits(kept), Bits(*want)) << "an input was written";
+      }
+      // adam_update on this tensor alone, into the same outputs.
+      ASSERT_OK(RunList(acc_, [&](CommandList& list) {
+        return ops::AdamUpdate(list, x.pb, x.gb, x.mb, x.vb, sb, x.po, x.mo, x.vo, n, config);
+      }));
+      for (int k = 0; k < 3; ++k) {
+        ASSERT_OK_AND_ASSIGN(auto single, Read<float>(acc_, k == 0 ? x.po : k == 1 ? x.mo : x.vo));
+        EXPECT_EQ(Bits(single), Bits(multi[t][k])) << "output " << k << " differs from adam_update's";
+      }
+    }
+    // In place: the outputs bound to the inputs' buffers.
+    for (ops::AdamTensor& a : args) {
+      a.p_out = a.p;
+      a.m_out = a.m;
+      a.v_out = a.v;
+    }
+    ASSERT_OK(RunList(acc_, [&](CommandList& list) { return ops::AdamUpdateMulti(list, args, sb, config); }));
+    for (size_t t = 0; t < counts.size(); ++t) {
+      int k = 0;
+      for (const std::shared_ptr<Buffer>* buffer : {&tensors[t].pb, &tensors[t].mb, &tensors[t].vb}) {
+        ASSERT_OK_AND_ASSIGN(auto in_place, Read<float>(acc_, *buffer));
+        multi[t][k].resize(counts[t]);
+        EXPECT_EQ(Bits(in_place), Bits(multi[t][k])) << "tensor " << t << " output " << k << " in place";
+        ++k;
+      }
+    }
+  }
+}
+
+// Tests that adam_update_multi refuses no tensors, a zero count (naming the
+// tensor) and a short buffer (naming the operand), and appends nothing.
+TEST_F(NnKernelsTest, AdamUpdateMultiRefusesBadArguments) {
+  ASSERT_OK_AND_ASSIGN(auto small, acc_->CreateBuffer(64));
+  ASSERT_OK_AND_ASSIGN(auto big, acc_->CreateBuffer(1024));
+  ASSERT_OK_AND_ASSIGN(auto list, acc_->CreateCommandList());
+  using absl::StatusCode::kInvalidArgument;
+  const ops::AdamTensor ok{big, big, big, big, big, big, big, 64};
+  EXPECT_ERROR(ops::AdamUpdateMulti(*list, {}, big, {}), kInvalidArgument, "needs at least one tensor");
+  ops::AdamTensor zero = ok;
+  zero.count = 0;
+  EXPECT_ERROR(ops::AdamUpdateMulti(*list, {ok, ok, zero}, big, {}), kInvalidArgument,
+               "adam_update_multi tensor 2: count must be > 0");
+  ops::AdamTensor short_m = ok;
+  short_m.m_out = small;
+  EXPECT_ERROR(ops::AdamUpdateMulti(*list, {ok, ok, ok, ok, short_m}, big, {}), kInvalidArgument,
+               "m_out4 needs 256 bytes");
+  EXPECT_EQ(list->size(), 0u);
 }
 
 // Tests that adam_update refuses short buffers, a zero count and bad

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "causeway/kernels/nn_reference.h"
 #include "causeway/kernels/op_plan.h"
 #include "causeway/kernels/reference.h"
@@ -231,6 +232,41 @@ TEST(NnPlanTest, Optimizers) {
   EXPECT_THAT(PlanOperands(momentum), ElementsAre(Pair("p", 40), Pair("g", 40), Pair("velocity", 40)));
   EXPECT_THAT(momentum.launches[0].operands, ElementsAre(0, 1, 2));
   EXPECT_THAT(PushWords(momentum.launches[0]), ElementsAre(10, Bits(0.5f), Bits(0.9f)));
+}
+
+// Tests the multi-tensor Adam plan: operands in the documented order, a
+// launch per four tensors, each tensor's groups after its predecessor's
+// (capped so that four stay within 65535), unused slots with no elements,
+// no groups and a first group past the launch's end, bound to the last
+// used tensor's operands.
+TEST(NnPlanTest, AdamUpdateMulti) {
+  AdamConfig config{.lr = 0.1f, .beta1 = 0.5f, .beta2 = 0.75f, .eps = 1e-6f, .weight_decay = 0.01f};
+  const uint32_t big = 16383 * 256 + 1;  // past the cap of 16383 groups
+  ASSERT_OK_AND_ASSIGN(OpPlan plan, PlanAdamUpdateMulti({10, 300, big, 256, 5}, config));
+  EXPECT_EQ(plan.name, absl::StrCat("adam_update_multi 10+300+", big, "+256+5"));
+  ASSERT_EQ(plan.operands.size(), 5u * 7 + 1);
+  EXPECT_EQ(plan.operands[0].name, "p0");
+  EXPECT_EQ(plan.operands[7].name, "v1");
+  EXPECT_EQ(plan.operands[7].bytes, 1200u);
+  EXPECT_EQ(plan.operands[20].name, "step");
+  EXPECT_EQ(plan.operands[20].bytes, 4u);
+  EXPECT_EQ(plan.operands[21].name, "p_out0");
+  EXPECT_EQ(plan.operands[35].name, "v_out4");
+  EXPECT_EQ(plan.operands[35].bytes, 20u);
+  ASSERT_EQ(plan.launches.size(), 2u);
+  const Launch& first = plan.launches[0];
+  EXPECT_EQ(first.kernel, "adam_update_multi");
+  EXPECT_THAT(first.operands, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22,
+                                          23, 24, 25, 26, 27, 28, 29, 30, 31, 32));
+  EXPECT_THAT(PushWords(first), ElementsAre(10, 300, big, 256, 0, 1, 3, 16386, 1, 2, 16383, 1, Bits(0.1f),
+                                            Bits(0.5f), Bits(0.75f), Bits(1e-6f), Bits(0.01f)));
+  EXPECT_EQ(first.groups, (Groups{16387, 1, 1}));
+  const Launch& second = plan.launches[1];
+  EXPECT_THAT(second.operands, ElementsAre(16, 17, 18, 19, 16, 17, 18, 19, 16, 17, 18, 19, 16, 17, 18, 19, 20,
+                                           33, 34, 35, 33, 34, 35, 33, 34, 35, 33, 34, 35));
+  EXPECT_THAT(PushWords(second), ElementsAre(5, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, Bits(0.1f), Bits(0.5f),
+                                             Bits(0.75f), Bits(1e-6f), Bits(0.01f)));
+  EXPECT_EQ(second.groups, (Groups{1, 1, 1}));
 }
 
 // Tests the head split/merge permutation's plan.

@@ -90,12 +90,13 @@ std::vector<std::string> Names(absl::Span<const BuiltinShader> shaders) {
 
 // Tests that every kernel is listed exactly once, sorted by name.
 TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
-  EXPECT_THAT(Names(BuiltinShaders()),
-              ElementsAre("adam", "adam_update", "add", "attention", "attention_backward", "attention_backward_dot",
-                          "bias_gelu", "bias_gelu_backward", "combine", "combine4", "combine_n", "copy", "cross_entropy",
-                          "cross_entropy_backward", "embedding", "embedding_backward", "fill", "gemm", "layer_norm",
-                          "layer_norm_backward", "matmul", "mul", "permute_0213", "reduce_sum", "scale", "sgd",
-                          "softmax_causal", "softmax_causal_backward"));
+  EXPECT_THAT(
+      Names(BuiltinShaders()),
+      ElementsAre("adam", "adam_update", "adam_update_multi", "add", "attention", "attention_backward",
+                  "attention_backward_dot", "bias_gelu", "bias_gelu_backward", "combine", "combine4",
+                  "combine_n", "copy", "cross_entropy", "cross_entropy_backward", "embedding",
+                  "embedding_backward", "fill", "gemm", "layer_norm", "layer_norm_backward", "matmul", "mul",
+                  "permute_0213", "reduce_sum", "scale", "sgd", "softmax_causal", "softmax_causal_backward"));
 }
 
 // Tests that each module has a SPIR-V 1.5 header with a plausible id bound.
@@ -150,6 +151,7 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       // The model kernels (read-write bindings count as neither).
       {"adam", {4, 1, 0, {0}}},
       {"adam_update", {8, 5, 3, {0}}},
+      {"adam_update_multi", {29, 17, 12, {0}}},
       {"permute_0213", {2, 1, 1, {0, 1}}},
       {"attention", {5, 3, 2, {0, 1}}},
       {"attention_backward", {9, 6, 3, {0, 1, 2}}},
