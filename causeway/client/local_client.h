@@ -56,6 +56,8 @@ class LocalClient : public Client {
 
   // The island's tenant beneath, for what only the scheduler's API does.
   causeway::Client& tenant() { return *tenant_; }
+  // The island it is a tenant of (for another tenant to Connect to).
+  Island* island() { return island_; }
 
  private:
   LocalClient(Island* island, std::shared_ptr<causeway::Client> tenant);

@@ -299,7 +299,37 @@ absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateBuffer(uint64_t size)
   if (!b.ok() && absl::IsResourceExhausted(b.status())) {
     return absl::ResourceExhaustedError(absl::StrCat(name(), ": ", b.status().message()));
   }
+  if (!b.ok()) return b;
+  CAUSEWAY_RETURN_IF_ERROR(Zero(*b));
   return b;
+}
+
+absl::Status Accelerator::Zero(const std::shared_ptr<Buffer>& buffer) {
+  HostSpan span("zero new buffer");
+  if (void* bytes = buffer->mapped(); bytes != nullptr) {
+    std::memset(bytes, 0, buffer->size());
+    if (buffer->host_coherent()) return absl::OkStatus();
+    // The reserved range is aligned to nonCoherentAtomSize.
+    VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE};
+    range.memory = buffer->block()->memory;
+    range.offset = buffer->block_offset();
+    range.size = buffer->reserved_size();
+    return VkStatus(vkFlushMappedMemoryRanges(device_->handle(), 1, &range), "vkFlushMappedMemoryRanges");
+  }
+  // Not mapped: vkCmdFillBuffer takes whole words; a tail of 1-3 bytes is
+  // copied from zeroed staging memory.
+  CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<CommandList> list, CreateCommandList("zero new buffer"));
+  const uint64_t words = buffer->size() / 4 * 4, tail = buffer->size() - words;
+  if (words > 0) CAUSEWAY_RETURN_IF_ERROR(list->Fill(BufferArg(buffer, 0, words), 0));
+  if (tail > 0) {
+    CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> zeros, CreateStagingBuffer(tail));
+    std::memset(zeros->mapped(), 0, tail);
+    CAUSEWAY_RETURN_IF_ERROR(list->Copy(BufferArg(zeros, 0, tail), BufferArg(buffer, words, tail)));
+  }
+  // Later submissions of this queue run after it (every list begins with a
+  // barrier); a failure shows in the queue's health like any submission's.
+  (void)SubmitInternal(std::move(list), {}, {});
+  return absl::OkStatus();
 }
 
 void Accelerator::ReleaseUnusedMemory() {

@@ -181,7 +181,11 @@ class Accelerator final : public TimelineDriver {
   uint32_t ring_capacity() const { return capacity_; }
 
   // --- memory ---
-  // A device-local buffer counted against the budget.
+  // A device-local buffer counted against the budget, all zero bytes: the
+  // pool's ranges pass between clients and sessions, so a buffer never shows
+  // what a freed one held. Memory the host maps is zeroed here; other memory
+  // by a fill submitted now, which the in-order queue runs before any later
+  // submission of this accelerator.
   absl::StatusOr<std::shared_ptr<Buffer>> CreateBuffer(uint64_t size);
   // A host-visible staging buffer (not counted against the budget).
   absl::StatusOr<std::shared_ptr<Buffer>> CreateStagingBuffer(uint64_t size, bool readback = false);
@@ -353,6 +357,8 @@ class Accelerator final : public TimelineDriver {
   // Quarantines this accelerator if its oldest submission has held it past
   // its hold limit; the time until it would (infinite: no limit applies).
   absl::Duration CheckHold() ABSL_LOCKS_EXCLUDED(ring_mu_);
+  // Zeroes a new device buffer (see CreateBuffer).
+  absl::Status Zero(const std::shared_ptr<Buffer>& buffer);
   // Marks a slot submitted (or resolves it, if FailDevice already failed it).
   void Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
                absl::Status status) ABSL_LOCKS_EXCLUDED(ring_mu_);

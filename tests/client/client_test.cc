@@ -147,6 +147,37 @@ TEST_P(ClientTest, ArraysComeBackAsUploadedAndGoWhenReleased) {
   EXPECT_ERROR(c_->Release(a), absl::StatusCode::kNotFound, "no array");
 }
 
+// Tests that one tenant never reads what another left in memory: a second
+// client of the same island creates an array where the first one's
+// released array was (same shape, same accelerators) and reads zeros, never
+// the first client's bytes, without having written it.
+TEST_P(ClientTest, ATenantNeverReadsAnotherTenantsFreedBytes) {
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, c_->AllocateMesh(0, {2}));
+  ASSERT_OK_AND_ASSIGN(Array secret, c_->CreateArray(mesh, {64, 4}, DType::kF32, Sharding::Split(0)));
+  std::vector<float> host = RandomFloats(64 * 4, 3);
+  for (float& x : host) x += 2.0f;  // no zeros
+  ASSERT_OK(c_->Upload(secret, host.data(), secret.bytes()));
+  // Read back, so that the upload has retired and nothing holds the
+  // array's buffers once it is released.
+  std::vector<float> check(host.size());
+  ASSERT_OK(c_->Download(secret, check.data(), secret.bytes(), absl::Now() + kRunTimeout));
+  ASSERT_EQ(check, host);
+  ASSERT_OK(c_->Release(secret));
+
+  std::unique_ptr<Client> other;
+  if (GetParam() == "local") {
+    ASSERT_OK_AND_ASSIGN(other, LocalClient::Connect(static_cast<LocalClient*>(c_)->island(), "other"));
+  } else {
+    ASSERT_OK_AND_ASSIGN(other, RemoteClient::Connect({setup_.server->address().ToString()}));
+  }
+  ASSERT_OK_AND_ASSIGN(Mesh theirs, other->AllocateMesh(0, {2}));
+  ASSERT_OK_AND_ASSIGN(Array fresh, other->CreateArray(theirs, {64, 4}, DType::kF32, Sharding::Split(0)));
+  std::vector<float> back(host.size(), -1.0f);
+  ASSERT_OK(other->Download(fresh, back.data(), fresh.bytes(), absl::Now() + kRunTimeout));
+  EXPECT_EQ(back, std::vector<float>(host.size(), 0.0f));
+  ASSERT_OK(other->Release(fresh));
+}
+
 // Tests that runs return at once and chain: three runs each adding b to the
 // last one's output, none awaited before the next is asked for, give
 // x + 3b (checked against the CPU), and each run's future resolves OK.

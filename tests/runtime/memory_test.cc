@@ -589,5 +589,37 @@ TEST(MemoryTest, SpareBlocksAreReusedAndBounded) {
   EXPECT_EQ(pool.bytes_spare(), 0u);
 }
 
+// Tests that a buffer never holds the bytes of a freed one: a small buffer
+// (sub-allocated in a shared block) and a large one (a block of its own, kept
+// as a spare) are filled, freed, and their ranges handed out again, which
+// read as zeros. Buffers of different clients and sessions share an
+// accelerator's pool, so without this one tenant could read another's data
+// through an array it never wrote.
+TEST(MemoryTest, FreedBytesNeverReachTheNextBuffer) {
+  auto rt = MakeRuntimeWithBudget(256 * kMiB);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  for (const uint64_t size : {uint64_t{4096} + 12, 40 * kMiB}) {
+    SCOPED_TRACE(size);
+    const std::vector<uint8_t> secret = RandomBytes(size, 7);
+    const MemoryBlock* block = nullptr;
+    uint64_t offset = 0;
+    {
+      ASSERT_OK_AND_ASSIGN(auto first, acc->CreateBuffer(size));
+      ASSERT_OK(acc->UploadSync(first, secret.data(), size));
+      block = first->block();
+      offset = first->block_offset();
+    }
+    ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size));
+    // The same bytes of the same block, or this test shows nothing.
+    ASSERT_EQ(next->block(), block);
+    ASSERT_EQ(next->block_offset(), offset);
+    std::vector<uint8_t> got(size, 0xAB);
+    ASSERT_OK(acc->DownloadSync(next, got.data(), size));
+    EXPECT_EQ(std::count(got.begin(), got.end(), 0), static_cast<std::ptrdiff_t>(size))
+        << "a new buffer holds a freed buffer's bytes";
+  }
+}
+
 }  // namespace
 }  // namespace causeway
