@@ -466,6 +466,7 @@ py::list PhysicalDevices() {
     info["uuid"] = d.UuidString();
     info["subgroup_size"] = caps.subgroup_size;
     info["max_workgroup_invocations"] = caps.max_workgroup_invocations;
+    info["max_storage_buffers"] = caps.max_storage_buffers;
     py::list heaps;
     for (const auto& h : d.heaps) heaps.append(py::make_tuple(h.size, h.device_local));
     info["heaps"] = heaps;
@@ -804,6 +805,8 @@ void Bind(py::module_& m) {
                              [](const client::Device& d) { return d.capabilities.subgroup_size; })
       .def_property_readonly("max_workgroup_invocations",
                              [](const client::Device& d) { return d.capabilities.max_workgroup_invocations; })
+      .def_property_readonly("max_storage_buffers",
+                             [](const client::Device& d) { return d.capabilities.max_storage_buffers; })
       .def_property_readonly("healthy", [](const client::Device& d) { return d.health.ok(); })
       .def_property_readonly(
           "health", [](const client::Device& d) { return d.health.ok() ? "ok" : d.health.ToString(); })

@@ -225,6 +225,7 @@ absl::StatusOr<IslandDescription> Controller::Describe(int island) {
   d.device.kind = DeviceKindFromValue(info.device_type()).value_or(DeviceKind::kOther);
   d.device.subgroup_size = info.subgroup_size();
   d.device.max_workgroup_invocations = info.max_workgroup_invocations();
+  d.device.max_storage_buffers = info.max_storage_buffers();
   for (int i = 0; i < 3 && i < info.max_workgroup_size().size(); ++i) {
     d.device.max_workgroup_size[i] = info.max_workgroup_size(i);
   }

@@ -532,6 +532,7 @@ class IslandServer::Session : public std::enable_shared_from_this<Session> {
     info->set_device_type(static_cast<int32_t>(device.kind));
     info->set_subgroup_size(device.subgroup_size);
     info->set_max_workgroup_invocations(device.max_workgroup_invocations);
+    info->set_max_storage_buffers(device.max_storage_buffers);
     for (int d = 0; d < 3; ++d) {
       info->add_max_workgroup_size(device.max_workgroup_size[d]);
       info->add_max_workgroup_count(device.max_workgroup_count[d]);

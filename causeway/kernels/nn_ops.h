@@ -118,6 +118,9 @@ struct AdamTensor {
 // per kAdamTensorsPerLaunch tensors: bit for bit the results of one
 // AdamUpdate each.
 inline constexpr size_t kAdamTensorsPerLaunch = 4;
+// The storage buffers its kernel binds (DeviceCapabilities::max_storage_buffers
+// must allow them).
+inline constexpr uint32_t kAdamUpdateMultiBuffers = 29;
 absl::Status AdamUpdateMulti(CommandList& list, absl::Span<const AdamTensor> tensors, const BufferArg& step,
                              const AdamConfig& config);
 

@@ -217,10 +217,13 @@ absl::StatusOr<std::shared_ptr<const Function>> HeadLoss(const Dims& x, float ep
 }
 
 // Adam for a group of tensors: inputs p, g, m, v per tensor then the step;
-// outputs p', m', v' per tensor.
+// outputs p', m', v' per tensor. One fused update per four tensors where
+// `device` binds its buffers, else one adam_update each (bit for bit the
+// same results).
 absl::StatusOr<std::shared_ptr<const Function>> Optimizer(const std::string& name,
                                                           const std::vector<const ParameterInfo*>& tensors,
-                                                          const ops::AdamConfig& adam) {
+                                                          const ops::AdamConfig& adam,
+                                                          const DeviceCapabilities* device) {
   FunctionBuilder f(name);
   std::vector<std::array<int, 4>> in;
   for (const ParameterInfo* t : tensors) {
@@ -231,8 +234,13 @@ absl::StatusOr<std::shared_ptr<const Function>> Optimizer(const std::string& nam
   for (const ParameterInfo* t : tensors) {
     for (int k = 0; k < 3; ++k) out.push_back(f.Output(F32(t->shape)));
   }
-  // One fused update for the group's tensors (a dispatch per four), bit for
-  // bit adam_update on each.
+  if (device == nullptr || device->max_storage_buffers < ops::kAdamUpdateMultiBuffers) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      f.Add(ops::PlanAdamUpdate(static_cast<uint32_t>(NumElements(tensors[i]->shape)), adam),
+            {in[i][0], in[i][1], in[i][2], in[i][3], step, out[3 * i], out[3 * i + 1], out[3 * i + 2]});
+    }
+    return f.Build();
+  }
   std::vector<uint32_t> counts;
   std::vector<int> operands;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -582,7 +590,7 @@ absl::StatusOr<TrainStep> BuildTrainStepDef(const TransformerConfig& config, con
     }
     for (const auto& [name, tensors] : groups) {
       const int s = stage_of[tensors.front()->name];
-      CAUSEWAY_ASSIGN_OR_RETURN(auto adam, Optimizer(name, tensors, settings.adam));
+      CAUSEWAY_ASSIGN_OR_RETURN(auto adam, Optimizer(name, tensors, settings.adam, device));
       std::vector<std::string> inputs, outputs;
       for (const ParameterInfo* t : tensors) {
         for (std::string in : {V(t->name), grad[r][t->name], V("m.", t->name), V("v.", t->name)}) {

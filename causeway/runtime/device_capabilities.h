@@ -38,6 +38,9 @@ struct DeviceCapabilities {
   uint32_t max_workgroup_invocations = 0;
   std::array<uint32_t, 3> max_workgroup_size{};
   std::array<uint32_t, 3> max_workgroup_count{};
+  // Storage buffers one kernel may bind (0: unknown, as from an island
+  // that does not say).
+  uint32_t max_storage_buffers = 0;
 
   friend bool operator==(const DeviceCapabilities&, const DeviceCapabilities&) = default;
 };

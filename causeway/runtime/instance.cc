@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "causeway/base/env.h"
 #include "causeway/base/status.h"
+#include "causeway/runtime/device.h"
 #include "causeway/runtime/vk_status.h"
 
 namespace causeway {
@@ -237,6 +238,8 @@ DeviceCapabilities CapabilitiesOf(const PhysicalDeviceInfo& info) {
     c.max_workgroup_size[d] = info.limits.maxComputeWorkGroupSize[d];
     c.max_workgroup_count[d] = info.limits.maxComputeWorkGroupCount[d];
   }
+  // With push descriptors where the device has them: the lower bound.
+  c.max_storage_buffers = MaxStorageBuffersPerKernel(info, info.push_descriptor);
   return c;
 }
 

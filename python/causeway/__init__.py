@@ -82,8 +82,8 @@ __all__ = [
 
 def devices():
     """The Vulkan devices of this machine, as dicts (index, name, kind, driver,
-    uuid, subgroup_size, max_workgroup_invocations, heaps). A client's own
-    accelerators: Client.devices()."""
+    uuid, subgroup_size, max_workgroup_invocations, max_storage_buffers,
+    heaps). A client's own accelerators: Client.devices()."""
     return _physical_devices()
 
 

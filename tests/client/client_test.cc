@@ -122,6 +122,7 @@ TEST_P(ClientTest, DevicesListEveryAcceleratorWithItsLimits) {
     EXPECT_GE(c.max_workgroup_invocations, 128u);  // Vulkan's minimum
     EXPECT_GE(c.max_workgroup_size[0], 128u);
     EXPECT_GE(c.max_workgroup_count[0], 65535u);
+    EXPECT_EQ(c.max_storage_buffers, 32u);  // lavapipe's pushed set
     // Remotely, what crossed the wire is what the island's runtime knows.
     if (setup_.runtime != nullptr) EXPECT_EQ(c, setup_.runtime->accelerator(i)->capabilities());
     EXPECT_OK(d.health);

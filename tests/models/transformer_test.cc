@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "causeway/client/local_client.h"
+#include "causeway/kernels/nn_ops.h"
 #include "causeway/kernels/reference.h"
 #include "causeway/models/text_data.h"
 #include "causeway/models/trainer.h"
@@ -400,6 +401,31 @@ TEST_F(TransformerTest, StepDefRoundTripsThroughText) {
   ASSERT_OK_AND_ASSIGN(auto b, client_->AllocateMesh({1}));
   ASSERT_OK_AND_ASSIGN(auto program, BuildProgram(parsed, {{"r0.stage0", a}, {"r1.stage0", b}}));
   EXPECT_EQ(program->parameters().size(), step.parameters.size());
+}
+
+// Tests that the optimizer fuses its updates (adam_update_multi, a launch
+// per four tensors) where the device binds that kernel's 29 buffers, and
+// takes one adam_update per tensor where it does not or is unknown.
+TEST_F(TransformerTest, AdamIsFusedWhereTheDeviceBindsItsBuffers) {
+  Start(1);
+  DeviceCapabilities device = rt_->accelerator(0)->capabilities();
+  ASSERT_GE(device.max_storage_buffers, ops::kAdamUpdateMultiBuffers);  // lavapipe: 32
+  auto kernels_of = [](const ProgramDef& def, const std::string& function) {
+    std::vector<std::string> kernels;
+    for (const auto& f : def.functions()) {
+      if (f.name() != function) continue;
+      for (const auto& step : f.custom().steps()) kernels.push_back(step.builtin());
+    }
+    return kernels;
+  };
+  // A layer's 11 tensors: 3 launches fused, 11 one by one.
+  ASSERT_OK_AND_ASSIGN(TrainStep fused, BuildTrainStepDef(Tiny(10), TrainLayout{8, 1, 1}, {1}, {}, &device));
+  EXPECT_EQ(kernels_of(fused.def, "adam.layer0"), std::vector<std::string>(3, "adam_update_multi"));
+  device.max_storage_buffers = ops::kAdamUpdateMultiBuffers - 1;
+  ASSERT_OK_AND_ASSIGN(TrainStep single, BuildTrainStepDef(Tiny(10), TrainLayout{8, 1, 1}, {1}, {}, &device));
+  EXPECT_EQ(kernels_of(single.def, "adam.layer0"), std::vector<std::string>(11, "adam_update"));
+  ASSERT_OK_AND_ASSIGN(TrainStep any, BuildTrainStepDef(Tiny(10), TrainLayout{8, 1, 1}, {1}, {}, nullptr));
+  EXPECT_EQ(kernels_of(any.def, "adam.layer0"), std::vector<std::string>(11, "adam_update"));
 }
 
 // Tests that the loss falls clearly on the shipped corpus in a short run,

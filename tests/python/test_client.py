@@ -86,6 +86,7 @@ def test_devices_of_the_machine_and_of_a_client(local):
     assert all(d.healthy and d.health == "ok" for d in devices)
     assert devices[0].name in {d["name"] for d in machine}
     assert devices[0].max_workgroup_invocations >= 128
+    assert devices[0].max_storage_buffers == 32  # lavapipe's pushed set
 
 
 # ---- programs ---------------------------------------------------------------

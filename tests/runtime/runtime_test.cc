@@ -63,6 +63,19 @@ TEST(RuntimeTest, CapabilitiesOfAPhysicalDevice) {
   d.limits.maxComputeWorkGroupSize[0] = 1024;
   d.limits.maxComputeWorkGroupSize[2] = 64;
   d.limits.maxComputeWorkGroupCount[1] = 65535;
+  // Storage buffers: the least of the per-stage, per-set, per-stage-resource
+  // and (with push descriptors) pushed-set limits.
+  d.limits.maxPerStageDescriptorStorageBuffers = 96;
+  d.limits.maxDescriptorSetStorageBuffers = 200;
+  d.limits.maxPerStageResources = 300;
+  d.push_descriptor = true;
+  d.max_push_descriptors = 32;
+  EXPECT_EQ(CapabilitiesOf(d).max_storage_buffers, 32u);
+  d.max_push_descriptors = 128;
+  EXPECT_EQ(CapabilitiesOf(d).max_storage_buffers, 96u);
+  d.push_descriptor = false;
+  d.limits.maxPerStageResources = 50;
+  EXPECT_EQ(CapabilitiesOf(d).max_storage_buffers, 50u);
   const DeviceCapabilities c = CapabilitiesOf(d);
   EXPECT_EQ(c.name, "dev0");
   EXPECT_EQ(c.kind, DeviceKind::kDiscreteGpu);
