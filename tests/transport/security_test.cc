@@ -234,8 +234,10 @@ TEST(SecurityTest, EveryTestTheThreatModelNamesExists) {
   for (auto it = std::sregex_iterator(text.begin(), text.end(), named); it != std::sregex_iterator(); ++it) {
     const std::string suite = (*it)[1], test = (*it)[2];
     ++count;
-    const bool found = sources.find(absl::StrCat("TEST(", suite, ", ", test, ")")) != std::string::npos ||
-                       sources.find(absl::StrCat("TEST_F(", suite, ", ", test, ")")) != std::string::npos;
+    bool found = false;
+    for (const char* macro : {"TEST(", "TEST_F(", "TEST_P("}) {
+      found |= sources.find(absl::StrCat(macro, suite, ", ", test, ")")) != std::string::npos;
+    }
     EXPECT_TRUE(found) << suite << "." << test << " is named in docs/security.md but not in tests/";
   }
   EXPECT_GE(count, 20);
