@@ -143,7 +143,8 @@ bool ParseAttention(absl::string_view s, AttentionRow* out) {
 // of the same products, alternated sample by sample.
 void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int runs,
                     double min_sample_flops, bench::Report& report) {
-  std::printf("\n%-18s %10s %9s %9s %9s %5s\n", "attention", "pass", "kernel", "GEMMs", "kernel/G", "reps");
+  std::printf("\n%-18s %10s %9s %9s %9s %9s %5s\n", "attention", "pass", "kernel", "tiles", "GEMMs",
+              "kernel/G", "reps");
   for (const AttentionRow& row : rows) {
     const AttentionShape& s = row.shape;
     const uint64_t n = s.elements(), t = s.seq_len, d = s.head_dim, bh = row.Matrices();
@@ -205,9 +206,18 @@ void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int
       for (int r = 0; r < reps; ++r) record(*list);
       return list;
     };
+    // The shared-tiles kernels (the GPU path) on this device too.
+    const auto tiles_forward =
+        Must(ops::PlanAttentionForward(s, nullptr, ops::AttentionPath::kSharedTiles), "plan");
+    const auto tiles_backward =
+        Must(ops::PlanAttentionBackward(s, nullptr, ops::AttentionPath::kSharedTiles), "plan");
     std::shared_ptr<CommandList> lists[] = {
         list_of("attention forward",
                 [&](CommandList& l) { CHECK_OK(ops::AttentionForward(l, q, k, v, out, lse, s)); }),
+        list_of("attention forward tiles",
+                [&](CommandList& l) {
+                  CHECK_OK(ops::Record(l, tiles_forward, {q, k, v, out, lse}));
+                }),
         list_of("attention forward GEMMs",
                 [&](CommandList& l) {
                   gemm(l, q, k, scores, t, t, d, false, true);     // S = Q K^T
@@ -216,6 +226,10 @@ void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int
         list_of("attention backward",
                 [&](CommandList& l) {
                   CHECK_OK(ops::AttentionBackward(l, q, k, v, out, d_out, lse, delta, dq, dk, dv, s));
+                }),
+        list_of("attention backward tiles",
+                [&](CommandList& l) {
+                  CHECK_OK(ops::Record(l, tiles_backward, {q, k, v, out, d_out, lse, delta, dq, dk, dv}));
                 }),
         list_of("attention backward GEMMs",
                 [&](CommandList& l) {
@@ -226,9 +240,9 @@ void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int
                 }),
     };
     for (auto& list : lists) CHECK_OK(acc->Submit(list).Await());  // warm up: pipelines
-    const double flops[] = {fwd_causal, fwd_full, bwd_causal, bwd_full};
+    const double flops[] = {fwd_causal, fwd_causal, fwd_full, bwd_causal, bwd_causal, bwd_full};
     std::vector<std::function<double()>> cases;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 6; ++i) {
       cases.push_back([&, i] {
         auto t0 = std::chrono::steady_clock::now();
         CHECK_OK(acc->Submit(lists[i]).Await());
@@ -237,14 +251,16 @@ void BenchAttention(Accelerator* acc, const std::vector<AttentionRow>& rows, int
     }
     std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
     for (int pass = 0; pass < 2; ++pass) {
-      const double kernel = Median(samples[2 * pass]), gemms = Median(samples[2 * pass + 1]);
+      const double kernel = Median(samples[3 * pass]), tiles = Median(samples[3 * pass + 1]),
+                   gemms = Median(samples[3 * pass + 2]);
       const char* name = pass == 0 ? "forward" : "backward";
-      std::printf("%-18s %10s %9.2f %9.2f %9.3f %5d\n", row.Name().c_str(), name, kernel, gemms,
+      std::printf("%-18s %10s %9.2f %9.2f %9.2f %9.3f %5d\n", row.Name().c_str(), name, kernel, tiles, gemms,
                   kernel / gemms, reps);
       std::fflush(stdout);
       report.Add(absl::StrCat("attention ", name), row.Name(), "GFLOP/s")
           .Value(kernel)
           .Baseline("GEMMs of the same products", gemms)
+          .Extra("shared_tiles_gflops", tiles)
           .Samples(runs)
           .Param("batch", s.batch)
           .Param("heads", s.heads)

@@ -600,17 +600,24 @@ void BindOps(py::module_& m) {
   };
   o.def(
       "attention",
-      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim) {
-        return Take(ops::PlanAttentionForward(attention(batch, heads, seq_len, head_dim)));
+      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim,
+                  const client::Device* device) {
+        return Take(ops::PlanAttentionForward(attention(batch, heads, seq_len, head_dim),
+                                              device == nullptr ? nullptr : &device->capabilities));
       },
       py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"),
-      "Causal attention, fused.");
+      py::arg("device") = py::none(),
+      "Causal attention, fused, planned for `device` (None: the kernels for GPUs, which any device with "
+      "their shared memory runs).");
   o.def(
       "attention_backward",
-      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim) {
-        return Take(ops::PlanAttentionBackward(attention(batch, heads, seq_len, head_dim)));
+      [attention](uint32_t batch, uint32_t heads, uint32_t seq_len, uint32_t head_dim,
+                  const client::Device* device) {
+        return Take(ops::PlanAttentionBackward(attention(batch, heads, seq_len, head_dim),
+                                               device == nullptr ? nullptr : &device->capabilities));
       },
-      py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"));
+      py::arg("batch"), py::arg("heads"), py::arg("seq_len"), py::arg("head_dim"),
+      py::arg("device") = py::none());
 
   o.def(
       "adam_update",

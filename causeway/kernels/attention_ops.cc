@@ -29,6 +29,28 @@ uint32_t BackwardSharedBytes(uint32_t h) { return (32 * h + 32) * 4; }
 // its loops over head_dim to exactly the shape's.
 constexpr uint32_t kForwardHeadDimId = 1;
 constexpr uint32_t kBackwardHeadDimId = 2;
+// The lanes kernels: one 8-wide SIMD vector per group (lavapipe's width), and
+// their constant for the rows each invocation owns.
+constexpr uint32_t kLanesGroup = 8;
+constexpr uint32_t kLanesRowsId = 3;
+constexpr uint32_t kLanesForwardRowsId = 2;
+// Rows per invocation on the lanes path: each component read feeds that
+// many FMAs per row product, and the registers hold that many rows of
+// head_dim per array. R * head_dim at most 128 keeps the driver's compile
+// time (which grows faster than the unrolled code) near the shared-tiles
+// kernels': on lavapipe about 2 s forward and 3-12 s for both backward
+// passes, against 2 s and 4-14 s (head_dim 32 to 128). The forward takes up
+// to 8 rows (at head_dim 16, 8 rows ran 1.15 times as fast as 4); the
+// backward, with four arrays of R rows, up to 4 (8 were no faster).
+uint32_t LanesRows(uint32_t head_dim, uint32_t most) { return std::clamp<uint32_t>(128 / head_dim, 1, most); }
+constexpr uint32_t kLanesForwardMostRows = 8;
+constexpr uint32_t kLanesBackwardMostRows = 4;
+
+AttentionPath ChoosePath(const DeviceCapabilities* device, std::optional<AttentionPath> path) {
+  if (path.has_value()) return *path;
+  return device != nullptr && device->kind == DeviceKind::kCpu ? AttentionPath::kLanes
+                                                               : AttentionPath::kSharedTiles;
+}
 
 // Push constants of attention and attention_backward.
 struct AttentionParams {
@@ -87,28 +109,40 @@ AttentionParams Params(const AttentionShape& s) {
   return AttentionParams{s.seq_len, s.head_dim, 1.0f / std::sqrt(static_cast<float>(s.head_dim))};
 }
 
-std::array<uint32_t, 3> Groups(const AttentionShape& s) {
-  return {(s.seq_len + kRowsPerGroup - 1) / kRowsPerGroup, s.batch * s.heads, 1};
+std::array<uint32_t, 3> Groups(const AttentionShape& s, uint32_t rows_per_group) {
+  return {(s.seq_len + rows_per_group - 1) / rows_per_group, s.batch * s.heads, 1};
 }
 
 }  // namespace
 
-absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape) {
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape, const DeviceCapabilities* device,
+                                            std::optional<AttentionPath> path) {
   constexpr const char* kOp = "attention";
   CAUSEWAY_RETURN_IF_ERROR(CheckShape(kOp, shape));
   const uint64_t n = shape.elements();
   OpPlan plan{Name(kOp, shape),
               {Floats("q", n), Floats("k", n), Floats("v", n), Floats("out", n), Floats("lse", shape.rows())},
               {}};
+  if (ChoosePath(device, path) == AttentionPath::kLanes) {
+    const uint32_t rows = LanesRows(shape.head_dim, kLanesForwardMostRows);
+    plan.launches.push_back(
+        {"attention_lanes",
+         {0, 1, 2, 3, 4},
+         PushBytes(Params(shape)),
+         Groups(shape, kLanesGroup * rows),
+         {{0, kLanesGroup}, {kForwardHeadDimId, shape.head_dim}, {kLanesForwardRowsId, rows}}});
+    return plan;
+  }
   plan.launches.push_back({"attention",
                            {0, 1, 2, 3, 4},
                            PushBytes(Params(shape)),
-                           Groups(shape),
+                           Groups(shape, kRowsPerGroup),
                            {{kForwardHeadDimId, shape.head_dim}}});
   return plan;
 }
 
-absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape, const DeviceCapabilities* device,
+                                             std::optional<AttentionPath> path) {
   constexpr const char* kOp = "attention_backward";
   CAUSEWAY_RETURN_IF_ERROR(CheckShape(kOp, shape));
   const uint64_t n = shape.elements();
@@ -121,20 +155,34 @@ absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape) {
                            PushBytes(AttentionDotParams{static_cast<uint32_t>(rows), shape.head_dim}),
                            Groups1D(rows, kDotLocal), {}});
   // Pass 0 writes dk and dv, pass 1 dq (specialization constant 1).
+  const bool lanes = ChoosePath(device, path) == AttentionPath::kLanes;
+  const uint32_t lane_rows = LanesRows(shape.head_dim, kLanesBackwardMostRows);
   for (uint32_t pass : {0u, 1u}) {
-    plan.launches.push_back({"attention_backward",
-                             {0, 1, 2, 4, 5, 6, 7, 8, 9},
-                             PushBytes(Params(shape)),
-                             Groups(shape),
-                             {{1, pass}, {kBackwardHeadDimId, shape.head_dim}}});
+    if (lanes) {
+      plan.launches.push_back(
+          {"attention_backward_lanes",
+           {0, 1, 2, 4, 5, 6, 7, 8, 9},
+           PushBytes(Params(shape)),
+           Groups(shape, kLanesGroup * lane_rows),
+           {{0, kLanesGroup}, {1, pass}, {kBackwardHeadDimId, shape.head_dim}, {kLanesRowsId, lane_rows}}});
+    } else {
+      plan.launches.push_back({"attention_backward",
+                               {0, 1, 2, 4, 5, 6, 7, 8, 9},
+                               PushBytes(Params(shape)),
+                               Groups(shape, kRowsPerGroup),
+                               {{1, pass}, {kBackwardHeadDimId, shape.head_dim}}});
+    }
   }
   return plan;
 }
 
 absl::Status AttentionForward(CommandList& list, const BufferArg& q, const BufferArg& k, const BufferArg& v,
                               const BufferArg& out, const BufferArg& lse, const AttentionShape& shape) {
-  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionForward(shape));
-  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention", list, ForwardSharedBytes(shape.head_dim)));
+  const DeviceCapabilities* device = &list.accelerator()->capabilities();
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionForward(shape, device));
+  if (ChoosePath(device, std::nullopt) == AttentionPath::kSharedTiles) {
+    CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention", list, ForwardSharedBytes(shape.head_dim)));
+  }
   return Record(list, plan, {q, k, v, out, lse});
 }
 
@@ -142,8 +190,11 @@ absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const Buff
                                const BufferArg& out, const BufferArg& d_out, const BufferArg& lse,
                                const BufferArg& delta, const BufferArg& dq, const BufferArg& dk,
                                const BufferArg& dv, const AttentionShape& shape) {
-  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionBackward(shape));
-  CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention_backward", list, BackwardSharedBytes(shape.head_dim)));
+  const DeviceCapabilities* device = &list.accelerator()->capabilities();
+  CAUSEWAY_ASSIGN_OR_RETURN(OpPlan plan, PlanAttentionBackward(shape, device));
+  if (ChoosePath(device, std::nullopt) == AttentionPath::kSharedTiles) {
+    CAUSEWAY_RETURN_IF_ERROR(CheckDevice("attention_backward", list, BackwardSharedBytes(shape.head_dim)));
+  }
   return Record(list, plan, {q, k, v, out, d_out, lse, delta, dq, dk, dv});
 }
 

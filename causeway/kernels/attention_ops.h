@@ -16,6 +16,7 @@
 #define CAUSEWAY_KERNELS_ATTENTION_OPS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +42,21 @@ inline constexpr uint32_t kMaxAttentionHeadDim = 128;
 
 namespace ops {
 
+// How the attention kernels divide the work.
+enum class AttentionPath : uint32_t {
+  // attention.comp, attention_backward.comp: each invocation one row, its
+  // group streaming tiles of the other side's rows through shared memory
+  // (the FlashAttention formulation). For GPUs; runs on any device with the
+  // shared memory below.
+  kSharedTiles = 0,
+  // attention_lanes.comp, attention_backward_lanes.comp: each invocation
+  // several rows in registers, reading the other side's rows straight from
+  // the buffers with the same address in every lane, no shared memory and no
+  // barriers. For CPU drivers (lavapipe), where every component read is a
+  // loop over the SIMD lanes: each read feeds one FMA per owned row.
+  kLanes = 1,
+};
+
 // out = softmax(q k^T / sqrt(head_dim), causal) v and lse = the rows'
 // logsumexp of the scaled scores, one fused dispatch (never T x T in memory).
 // q, k, v, out hold shape.elements() floats, lse shape.rows(). `out` and
@@ -60,12 +76,20 @@ absl::Status AttentionBackward(CommandList& list, const BufferArg& q, const Buff
 
 // The same as plans (op_plan.h), for functions of programs. Forward's
 // operands: q, k, v, out, lse; backward's: q, k, v, out, d_out, lse, delta,
-// dq, dk, dv. The kernels are specialized for the shape's head_dim; a
-// device must offer (32 head_dim + 256) * 4 bytes of shared memory
-// (forward; 17 KiB at head_dim 128) and (32 head_dim + 32) * 4 (backward;
-// 16.1 KiB): the helpers above check it, a program's dispatch fails.
-absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape);
-absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape);
+// dq, dk, dv. The kernels are specialized for the shape's head_dim. The
+// path: `path` if set, else kLanes on a CPU device and kSharedTiles on any
+// other or without a device (the helpers above pass the list's). On the
+// shared-tiles path a device must offer (32 head_dim + 256) * 4 bytes of
+// shared memory (forward; 17 KiB at head_dim 128) and (32 head_dim + 32) * 4
+// (backward; 16.1 KiB): the helpers above check it, a program's dispatch
+// fails. Both paths give the same results to rounding (scores are summed in
+// the same order).
+absl::StatusOr<OpPlan> PlanAttentionForward(const AttentionShape& shape,
+                                            const DeviceCapabilities* device = nullptr,
+                                            std::optional<AttentionPath> path = std::nullopt);
+absl::StatusOr<OpPlan> PlanAttentionBackward(const AttentionShape& shape,
+                                             const DeviceCapabilities* device = nullptr,
+                                             std::optional<AttentionPath> path = std::nullopt);
 
 }  // namespace ops
 }  // namespace causeway

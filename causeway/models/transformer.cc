@@ -108,7 +108,7 @@ absl::StatusOr<std::shared_ptr<const Function>> LayerForward(const Dims& x, floa
     f.Add(ops::PlanGemm(n, d, d, Gemm(false, false), x.device), {h1, w, proj});
     f.Add(ops::PlanPermute0213(x.b, x.t, x.h, x.hd), {proj, split});
   }
-  f.Add(ops::PlanAttentionForward(x.attention()), {qh, kh, vh, oh, lse});
+  f.Add(ops::PlanAttentionForward(x.attention(), x.device), {qh, kh, vh, oh, lse});
   f.Add(ops::PlanPermute0213(x.b, x.h, x.t, x.hd), {oh, o});
   f.Add(ops::PlanGemm(n, d, d, Gemm(false, false), x.device), {o, wo, a});
   f.Add(PlanAdd(x.nd()), {in, a, x2});
@@ -165,7 +165,8 @@ absl::StatusOr<std::shared_ptr<const Function>> LayerBackward(const Dims& x) {
   f.Add(ops::PlanGemm(n, d, d, Gemm(false, true), x.device), {dx2, wo, d_o});
   f.Add(ops::PlanGemm(d, d, n, Gemm(true, false), x.device), {o, dx2, dwo});
   f.Add(ops::PlanPermute0213(x.b, x.t, x.h, x.hd), {d_o, doh});
-  f.Add(ops::PlanAttentionBackward(x.attention()), {qh, kh, vh, oh, doh, lse, delta, dqh, dkh, dvh});
+  f.Add(ops::PlanAttentionBackward(x.attention(), x.device),
+        {qh, kh, vh, oh, doh, lse, delta, dqh, dkh, dvh});
   bool first = true;
   for (auto [dsplit, dproj, w, dw] :
        {std::tuple{dqh, dq, wq, dwq}, std::tuple{dkh, dk, wk, dwk}, std::tuple{dvh, dv, wv, dwv}}) {

@@ -36,8 +36,9 @@ struct BuiltinShader {
 // All built-in kernels, sorted by name: the basic ones ("add", "combine",
 // "combine4", "combine_n", "copy", "fill", "matmul", "mul", "reduce_sum",
 // "scale") and the
-// model kernels ("adam", "adam_update", "attention", "attention_backward",
-// "attention_backward_dot", "bias_gelu", "bias_gelu_backward",
+// model kernels ("adam", "adam_update", "adam_update_multi", "attention",
+// "attention_backward", "attention_backward_dot", "attention_backward_lanes",
+// "attention_lanes", "bias_gelu", "bias_gelu_backward",
 // "cross_entropy", "cross_entropy_backward", "embedding",
 // "embedding_backward", "gemm", "layer_norm", "layer_norm_backward", "permute_0213", "sgd",
 // "softmax_causal", "softmax_causal_backward").

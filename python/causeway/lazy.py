@@ -772,13 +772,13 @@ def _function(node, in_shapes):
         if op == "attention":
             q, k, v = f.input((elements,)), f.input((elements,)), f.input((elements,))
             out, lse = f.output((elements,)), f.output((rows,))
-            f.add(_cw.ops.attention(*shape), [q, k, v, out, lse])
+            f.add(_cw.ops.attention(*shape, device=device), [q, k, v, out, lse])
         else:
             q, k, v, out, d_out = (f.input((elements,)) for _ in range(5))
             lse = f.input((rows,))
             dq, dk, dv = f.output((elements,)), f.output((elements,)), f.output((elements,))
             delta = f.scratch((rows,))
-            f.add(_cw.ops.attention_backward(*shape), [q, k, v, out, d_out, lse, delta, dq, dk, dv])
+            f.add(_cw.ops.attention_backward(*shape, device=device), [q, k, v, out, d_out, lse, delta, dq, dk, dv])
         function = f.build()
     elif op == "embedding":
         tokens, dim, vocab = at["tokens"], at["dim"], at["vocab"]

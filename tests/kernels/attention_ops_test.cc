@@ -1,8 +1,7 @@
 // The attention plans (causeway/kernels/attention_ops.h Plan*), made without a
-// device: operands and byte sizes, launches (the backward's dot pre-pass and
-// its two passes), push constants and workgroups worked out by hand from the
-// kernels' header comments; each shape error by its own message; and both
-// plans run on lavapipe against the CPU reference of
+// device (the shared-tiles path) and for the lanes path: operands and byte sizes, launches (the backward's
+// dot pre-pass and its two passes), push constants and workgroups worked out by hand from the kernels' header
+// comments; each shape error by its own message; and both plans run on lavapipe against the CPU reference of
 // causeway/kernels/attention_reference.h.
 #include "causeway/kernels/attention_ops.h"
 
@@ -81,6 +80,49 @@ TEST(AttentionPlanTest, Backward) {
     EXPECT_THAT(PushWords(l), ElementsAre(20, 16, Bits(0.25f)));
     EXPECT_EQ(l.groups, (Groups{2, 6, 1}));
     EXPECT_THAT(l.spec, ElementsAre(Pair(1u, pass), Pair(2u, 16u)));
+  }
+}
+
+// Tests the lanes plans (what a CPU device gets): 8 invocations per group,
+// each owning R rows, R * head_dim at most 128 with R at most 8 forward
+// (queries) and 4 backward (keys, then queries): at head_dim 16, 64 rows per
+// group forward and 32 backward.
+TEST(AttentionPlanTest, LanesPath) {
+  ASSERT_OK_AND_ASSIGN(OpPlan forward, PlanAttentionForward(kShape, nullptr, AttentionPath::kLanes));
+  ASSERT_EQ(forward.launches.size(), 1u);
+  EXPECT_EQ(forward.launches[0].kernel, "attention_lanes");
+  EXPECT_THAT(forward.launches[0].operands, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_THAT(PushWords(forward.launches[0]), ElementsAre(20, 16, Bits(0.25f)));
+  EXPECT_EQ(forward.launches[0].groups, (Groups{1, 6, 1}));  // ceil(20 / 64)
+  EXPECT_THAT(forward.launches[0].spec, ElementsAre(Pair(0u, 8u), Pair(1u, 16u), Pair(2u, 8u)));
+
+  ASSERT_OK_AND_ASSIGN(OpPlan backward, PlanAttentionBackward(kShape, nullptr, AttentionPath::kLanes));
+  ASSERT_EQ(backward.launches.size(), 3u);
+  EXPECT_EQ(backward.launches[0].kernel, "attention_backward_dot");
+  for (uint32_t pass : {0u, 1u}) {
+    const Launch& l = backward.launches[1 + pass];
+    EXPECT_EQ(l.kernel, "attention_backward_lanes");
+    EXPECT_THAT(l.operands, ElementsAre(0, 1, 2, 4, 5, 6, 7, 8, 9));
+    EXPECT_EQ(l.groups, (Groups{1, 6, 1}));  // ceil(20 / 32)
+    EXPECT_THAT(l.spec, ElementsAre(Pair(0u, 8u), Pair(1u, pass), Pair(2u, 16u), Pair(3u, 4u)));
+  }
+
+  // Rows per invocation by head_dim (forward, backward), and the groups
+  // they give at T = 100.
+  struct Case {
+    uint32_t head_dim, forward, backward;
+  };
+  for (const Case& c :
+       {Case{3, 8, 4}, Case{32, 4, 4}, Case{33, 3, 3}, Case{64, 2, 2}, Case{65, 1, 1}, Case{128, 1, 1}}) {
+    SCOPED_TRACE(c.head_dim);
+    const AttentionShape s{.batch = 1, .heads = 2, .seq_len = 100, .head_dim = c.head_dim};
+    ASSERT_OK_AND_ASSIGN(OpPlan f, PlanAttentionForward(s, nullptr, AttentionPath::kLanes));
+    EXPECT_THAT(f.launches[0].spec, ElementsAre(Pair(0u, 8u), Pair(1u, c.head_dim), Pair(2u, c.forward)));
+    EXPECT_EQ(f.launches[0].groups, (Groups{(100 + 8 * c.forward - 1) / (8 * c.forward), 2, 1}));
+    ASSERT_OK_AND_ASSIGN(OpPlan b, PlanAttentionBackward(s, nullptr, AttentionPath::kLanes));
+    EXPECT_THAT(b.launches[2].spec,
+                ElementsAre(Pair(0u, 8u), Pair(1u, 1u), Pair(2u, c.head_dim), Pair(3u, c.backward)));
+    EXPECT_EQ(b.launches[2].groups, (Groups{(100 + 8 * c.backward - 1) / (8 * c.backward), 2, 1}));
   }
 }
 

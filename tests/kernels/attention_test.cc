@@ -31,6 +31,7 @@
 namespace causeway {
 namespace {
 
+using ::causeway::ops::OpPlan;
 using ::causeway::testing::MakeRuntime;
 using ::causeway::testing::RandomFloats;
 
@@ -56,10 +57,13 @@ constexpr double kBackwardTolerance = 2e-5;
 struct Shape {
   uint32_t batch, heads, seq_len, head_dim;
 };
+// On the lanes path a group owns 8 R rows, R = 128 / head_dim clamped to
+// [1, 8] forward and [1, 4] backward: T = 31, 33 and 40 and the head_dims
+// 32 and 48 cross those edges too.
 constexpr Shape kShapes[] = {
-    {1, 1, 1, 8},    {2, 3, 1, 64},  {1, 2, 7, 8},    {2, 1, 7, 16},  {1, 3, 7, 64},
-    {1, 1, 64, 8},   {2, 2, 64, 16}, {1, 3, 64, 64},  {1, 2, 129, 8}, {2, 1, 129, 16},
-    {2, 3, 129, 64}, {1, 2, 20, 3},  {1, 1, 33, 128},
+    {1, 1, 1, 8},    {2, 3, 1, 64},  {1, 2, 7, 8},   {2, 1, 7, 16},   {1, 3, 7, 64},   {1, 1, 64, 8},
+    {2, 2, 64, 16},  {1, 3, 64, 64}, {1, 2, 129, 8}, {2, 1, 129, 16}, {2, 3, 129, 64}, {1, 2, 20, 3},
+    {1, 1, 33, 128}, {1, 2, 31, 32}, {2, 1, 33, 32}, {1, 2, 40, 48},
 };
 
 AttentionShape ToShape(const Shape& s) { return AttentionShape{s.batch, s.heads, s.seq_len, s.head_dim}; }
@@ -146,7 +150,9 @@ Inputs RandomInputs(const AttentionShape& s, uint32_t seed) {
                 RandomFloats(n, seed + 3)};
 }
 
-class AttentionTest : public ::testing::Test {
+// Every kernel test runs on both paths: lanes is what lavapipe picks, shared
+// tiles what a GPU does.
+class AttentionTest : public ::testing::TestWithParam<ops::AttentionPath> {
  protected:
   void SetUp() override {
     rt_ = MakeRuntime(1);
@@ -171,10 +177,13 @@ class AttentionTest : public ::testing::Test {
     CAUSEWAY_ASSIGN_OR_RETURN(auto dq, OutputBuffer(acc_, n));
     CAUSEWAY_ASSIGN_OR_RETURN(auto dk, OutputBuffer(acc_, n));
     CAUSEWAY_ASSIGN_OR_RETURN(auto dv, OutputBuffer(acc_, n));
+    const DeviceCapabilities& device = acc_->capabilities();
+    CAUSEWAY_ASSIGN_OR_RETURN(OpPlan forward, ops::PlanAttentionForward(s, &device, GetParam()));
+    CAUSEWAY_ASSIGN_OR_RETURN(OpPlan backward_plan, ops::PlanAttentionBackward(s, &device, GetParam()));
     CAUSEWAY_RETURN_IF_ERROR(RunList(acc_, [&](CommandList& list) -> absl::Status {
-      CAUSEWAY_RETURN_IF_ERROR(ops::AttentionForward(list, q, k, v, out, lse, s));
+      CAUSEWAY_RETURN_IF_ERROR(ops::Record(list, forward, {q, k, v, out, lse}));
       if (!backward) return absl::OkStatus();
-      return ops::AttentionBackward(list, q, k, v, out, d_out, lse, delta, dq, dk, dv, s);
+      return ops::Record(list, backward_plan, {q, k, v, out, d_out, lse, delta, dq, dk, dv});
     }));
     DeviceResults r;
     CAUSEWAY_ASSIGN_OR_RETURN(r.out, ReadWords(acc_, out));
@@ -244,7 +253,7 @@ TEST(AttentionReferenceTest, BackwardMatchesFiniteDifferences) {
 // --- The kernels --------------------------------------------------------------
 
 // Tests the fused forward (out and lse) against the reference for every shape.
-TEST_F(AttentionTest, ForwardMatchesReference) {
+TEST_P(AttentionTest, ForwardMatchesReference) {
   double worst_out = 0, worst_lse = 0;
   for (const Shape& shape : kShapes) {
     const AttentionShape s = ToShape(shape);
@@ -261,7 +270,7 @@ TEST_F(AttentionTest, ForwardMatchesReference) {
 }
 
 // Tests dq, dk and dv against the reference backward for every shape.
-TEST_F(AttentionTest, BackwardMatchesReference) {
+TEST_P(AttentionTest, BackwardMatchesReference) {
   double worst = 0;
   for (const Shape& shape : kShapes) {
     const AttentionShape s = ToShape(shape);
@@ -281,7 +290,7 @@ TEST_F(AttentionTest, BackwardMatchesReference) {
 // Tests causality: changing k and v at positions > i leaves out and lse of
 // rows <= i bit for bit unchanged (masked keys add exactly 0), and does
 // change the later rows.
-TEST_F(AttentionTest, FutureKeysDoNotChangeEarlierRows) {
+TEST_P(AttentionTest, FutureKeysDoNotChangeEarlierRows) {
   const AttentionShape s{1, 2, 129, 16};
   const uint32_t d = s.head_dim;
   Inputs in = RandomInputs(s, 3);
@@ -313,7 +322,7 @@ TEST_F(AttentionTest, FutureKeysDoNotChangeEarlierRows) {
 }
 
 // Tests that forward and backward give the same bits on a second run.
-TEST_F(AttentionTest, RunsAreBitIdentical) {
+TEST_P(AttentionTest, RunsAreBitIdentical) {
   const AttentionShape s{2, 3, 129, 64};
   Inputs in = RandomInputs(s, 21);
   ASSERT_OK_AND_ASSIGN(DeviceResults first, Run(s, in, /*backward=*/true));
@@ -323,6 +332,68 @@ TEST_F(AttentionTest, RunsAreBitIdentical) {
   EXPECT_EQ(first.dq, second.dq);
   EXPECT_EQ(first.dk, second.dk);
   EXPECT_EQ(first.dv, second.dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, AttentionTest,
+                         ::testing::Values(ops::AttentionPath::kSharedTiles, ops::AttentionPath::kLanes),
+                         [](const ::testing::TestParamInfo<ops::AttentionPath>& info) {
+                           return info.param == ops::AttentionPath::kLanes ? "Lanes" : "SharedTiles";
+                         });
+
+// Tests that the helpers pick the lanes kernels on a CPU driver and the
+// shared-tiles ones elsewhere or without a device, and that both paths give
+// the same results to rounding on this device.
+TEST(AttentionPathTest, CpuDriversRunTheLanesKernels) {
+  auto rt = MakeRuntime(1);
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  const AttentionShape s{2, 3, 45, 24};
+  DeviceCapabilities cpu = acc->capabilities();
+  ASSERT_EQ(cpu.kind, DeviceKind::kCpu) << "lavapipe is a CPU device";
+  DeviceCapabilities gpu = cpu;
+  gpu.kind = DeviceKind::kDiscreteGpu;
+  auto kernels = [](const OpPlan& plan) {
+    std::vector<std::string> names;
+    for (const auto& launch : plan.launches) names.push_back(launch.kernel);
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  ASSERT_OK_AND_ASSIGN(OpPlan f, ops::PlanAttentionForward(s, &cpu));
+  EXPECT_EQ(kernels(f), Names{"attention_lanes"});
+  ASSERT_OK_AND_ASSIGN(f, ops::PlanAttentionForward(s, &gpu));
+  EXPECT_EQ(kernels(f), Names{"attention"});
+  ASSERT_OK_AND_ASSIGN(f, ops::PlanAttentionForward(s));
+  EXPECT_EQ(kernels(f), Names{"attention"});
+  ASSERT_OK_AND_ASSIGN(f, ops::PlanAttentionForward(s, nullptr, ops::AttentionPath::kLanes));
+  EXPECT_EQ(kernels(f), Names{"attention_lanes"});
+  ASSERT_OK_AND_ASSIGN(OpPlan b, ops::PlanAttentionBackward(s, &cpu));
+  EXPECT_EQ(kernels(b),
+            (Names{"attention_backward_dot", "attention_backward_lanes", "attention_backward_lanes"}));
+  ASSERT_OK_AND_ASSIGN(b, ops::PlanAttentionBackward(s, &gpu));
+  EXPECT_EQ(kernels(b), (Names{"attention_backward_dot", "attention_backward", "attention_backward"}));
+  // 5 query rows per invocation at head_dim 24, 8 invocations: 2 groups of 40.
+  EXPECT_EQ(f.launches[0].groups[0], 2u);
+  EXPECT_EQ(f.launches[0].groups[1], 6u);
+
+  // The two paths on this device: the same sums in the same order, so the
+  // forward agrees to a few ulps (the online softmax's blocks differ).
+  const uint64_t n = s.elements();
+  Inputs in = RandomInputs(s, 77);
+  std::vector<std::vector<float>> outs;
+  for (ops::AttentionPath path : {ops::AttentionPath::kSharedTiles, ops::AttentionPath::kLanes}) {
+    ASSERT_OK_AND_ASSIGN(auto q, NewBuffer(acc, in.q));
+    ASSERT_OK_AND_ASSIGN(auto k, NewBuffer(acc, in.k));
+    ASSERT_OK_AND_ASSIGN(auto v, NewBuffer(acc, in.v));
+    ASSERT_OK_AND_ASSIGN(auto out, acc->CreateBuffer(n * 4));
+    ASSERT_OK_AND_ASSIGN(auto lse, acc->CreateBuffer(s.rows() * 4));
+    ASSERT_OK_AND_ASSIGN(OpPlan plan, ops::PlanAttentionForward(s, &cpu, path));
+    ASSERT_OK(RunList(acc, [&](CommandList& list) { return ops::Record(list, plan, {q, k, v, out, lse}); }));
+    outs.emplace_back(n);
+    ASSERT_OK(acc->DownloadSync(out, outs.back().data(), n * 4));
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(outs[0][i], outs[1][i], 1e-6 * std::max(1.0f, std::fabs(outs[0][i]))) << "element " << i;
+  }
 }
 
 // Tests that bad shapes and short buffers are refused with the values in the

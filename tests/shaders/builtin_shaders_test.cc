@@ -93,10 +93,11 @@ TEST(BuiltinShadersTest, ListsEveryKernelSortedByName) {
   EXPECT_THAT(
       Names(BuiltinShaders()),
       ElementsAre("adam", "adam_update", "adam_update_multi", "add", "attention", "attention_backward",
-                  "attention_backward_dot", "bias_gelu", "bias_gelu_backward", "combine", "combine4",
-                  "combine_n", "copy", "cross_entropy", "cross_entropy_backward", "embedding",
-                  "embedding_backward", "fill", "gemm", "layer_norm", "layer_norm_backward", "matmul", "mul",
-                  "permute_0213", "reduce_sum", "scale", "sgd", "softmax_causal", "softmax_causal_backward"));
+                  "attention_backward_dot", "attention_backward_lanes", "attention_lanes", "bias_gelu",
+                  "bias_gelu_backward", "combine", "combine4", "combine_n", "copy", "cross_entropy",
+                  "cross_entropy_backward", "embedding", "embedding_backward", "fill", "gemm", "layer_norm",
+                  "layer_norm_backward", "matmul", "mul", "permute_0213", "reduce_sum", "scale", "sgd",
+                  "softmax_causal", "softmax_causal_backward"));
 }
 
 // Tests that each module has a SPIR-V 1.5 header with a plausible id bound.
@@ -156,6 +157,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       {"attention", {5, 3, 2, {0, 1}}},
       {"attention_backward", {9, 6, 3, {0, 1, 2}}},
       {"attention_backward_dot", {3, 2, 1, {0}}},
+      {"attention_lanes", {5, 3, 2, {0, 1, 2}}},
+      {"attention_backward_lanes", {9, 6, 3, {0, 1, 2, 3}}},
       {"bias_gelu", {3, 2, 1, {0}}},
       {"bias_gelu_backward", {5, 3, 2, {0}}},
       {"cross_entropy", {3, 2, 1, {0}}},
