@@ -25,7 +25,9 @@
 // kernel's efficiency (the aim: at least 0.5).
 //
 // Then the memory-bound kernels a training step runs (layer_norm and its
-// backward, permute_0213, adam_update) at the demo's shapes, in GB/s of the
+// backward, permute_0213, add, bias_gelu and its backward, cross_entropy
+// and its backward, embedding and its backward, adam_update and
+// adam_update_multi) at the demo's shapes, in GB/s of the
 // bytes each must move at least (every input read once, every output written
 // once), against the device copying the same number of bytes (half read,
 // half written) between two buffers: the better of vkCmdCopyBuffer and the
@@ -289,27 +291,60 @@ void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t
   auto m = floats(n, 11), v = floats(n, 12), step = floats(1, 13);
   // [batch, T, heads, head_dim] of the demo's attention: rows = batch * T.
   const uint32_t head_dim = cols / heads, t = std::min<uint32_t>(rows, 64), batch = rows / t;
+  // The MLP's hidden width (4 cols, as the demo's d_ff) and a vocabulary of
+  // 64 (the demo's corpus has 65 characters).
+  const uint32_t ff = 4 * cols, vocab = 64;
+  const uint64_t hidden = uint64_t{rows} * ff;
+  auto u = floats(hidden, 15), du = floats(hidden, 16), g = floats(hidden, 17), bias = floats(ff, 18);
+  auto dbias = floats(ff, 19), logits = floats(uint64_t{rows} * vocab, 20);
+  auto dlogits = floats(uint64_t{rows} * vocab, 21), loss = floats(rows, 22);
+  auto table = floats(uint64_t{vocab} * cols, 23), dtable = floats(uint64_t{vocab} * cols, 24);
+  auto pos = floats(uint64_t{t} * cols, 25);
+  auto ids = Must(acc->CreateBuffer(uint64_t{rows} * 4), "CreateBuffer");
+  {
+    std::vector<int32_t> h(rows);
+    for (uint32_t i = 0; i < rows; ++i) h[i] = static_cast<int32_t>((i * 37 + 11) % vocab);
+    CHECK_OK(acc->UploadSync(ids, h.data(), h.size() * 4));
+  }
   struct Kernel {
     std::string name;
+    std::string shape;
     double bytes;  // the least each call must move
     std::function<absl::Status(CommandList&)> record;
   };
+  const std::string rc = absl::StrCat(rows, "x", cols), rf = absl::StrCat(rows, "x", ff),
+                    rv = absl::StrCat(rows, "x", vocab);
   ops::AdamConfig adam;
   const std::vector<Kernel> kernels = {
-      {"layer_norm", 4.0 * (2 * n + 2 * cols + 2 * rows),
+      {"layer_norm", rc, 4.0 * (2 * n + 2 * cols + 2 * rows),
        [&](CommandList& l) { return ops::LayerNorm(l, x, gamma, beta, y, mean, rstd, rows, cols); }},
-      {"layer_norm_backward", 4.0 * (3 * n + 3 * cols + 2 * rows),
+      {"layer_norm_backward", rc, 4.0 * (3 * n + 3 * cols + 2 * rows),
        [&](CommandList& l) {
          return ops::LayerNormBackward(l, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
        }},
-      {"permute_0213", 4.0 * 2 * batch * t * cols,
+      {"permute_0213", absl::StrCat(batch, "x", t, "x", heads, "x", head_dim), 4.0 * 2 * batch * t * cols,
        [&](CommandList& l) { return ops::Permute0213(l, x, y, batch, t, heads, head_dim); }},
-      {"adam_update", 4.0 * 7 * n,
+      {"add", rc, 4.0 * 3 * n,
+       [&](CommandList& l) { return ops::Add(l, x, dy, y, static_cast<uint32_t>(n)); }},
+      {"bias_gelu", rf, 4.0 * (2 * hidden + ff),
+       [&](CommandList& l) { return ops::BiasGelu(l, u, bias, g, rows, ff); }},
+      {"bias_gelu_backward", rf, 4.0 * (3 * hidden + 2 * ff),
+       [&](CommandList& l) { return ops::BiasGeluBackward(l, g, u, bias, du, dbias, rows, ff); }},
+      {"cross_entropy", rv, 4.0 * (uint64_t{rows} * vocab + 2 * rows),
+       [&](CommandList& l) { return ops::CrossEntropy(l, logits, ids, loss, rows, vocab); }},
+      {"cross_entropy_backward", rv, 4.0 * (2 * uint64_t{rows} * vocab + rows),
+       [&](CommandList& l) { return ops::CrossEntropyBackward(l, logits, ids, dlogits, rows, vocab); }},
+      // Token and position embeddings, as the demo's first layer.
+      {"embedding", rc, 4.0 * (2 * n + uint64_t{t} * cols + rows),
+       [&](CommandList& l) { return ops::Embedding(l, ids, table, pos, y, rows, cols, vocab, t); }},
+      {"embedding_backward", rc, 4.0 * (n + uint64_t{vocab} * cols + rows),
+       [&](CommandList& l) { return ops::EmbeddingBackward(l, ids, dy, dtable, rows, cols, vocab); }},
+      {"adam_update", absl::StrCat(n), 4.0 * 7 * n,
        [&](CommandList& l) {
          return ops::AdamUpdate(l, y, dy, m, v, step, y, m, v, static_cast<uint32_t>(n), adam);
        }},
       // The same elements as four tensors in one fused dispatch.
-      {"adam_update_multi", 4.0 * 7 * n,
+      {"adam_update_multi", absl::StrCat("4x", n / 4), 4.0 * 7 * n,
        [&](CommandList& l) {
          const uint64_t q = n / 4, bytes = q * 4;
          std::vector<ops::AdamTensor> tensors;
@@ -355,11 +390,7 @@ void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t
     std::vector<std::vector<double>> samples = bench::Alternate(runs, cases);
     const double got = Median(samples[0]), copy_cmd = Median(samples[1]), copy_kernel = Median(samples[2]);
     const double copy = std::max(copy_cmd, copy_kernel);
-    const std::string shape = kernel.name == "permute_0213"
-                                  ? absl::StrCat(batch, "x", t, "x", heads, "x", head_dim)
-                              : kernel.name == "adam_update"       ? absl::StrCat(n)
-                              : kernel.name == "adam_update_multi" ? absl::StrCat("4x", n / 4)
-                                                                   : absl::StrCat(rows, "x", cols);
+    const std::string& shape = kernel.shape;
     std::printf("%-22s %10s %9.2f %9.2f %9.3f %5d%s\n", kernel.name.c_str(), shape.c_str(), got, copy,
                 got / copy, reps,
                 copy_cmd >= copy_kernel ? "  (copy: vkCmdCopyBuffer)" : "  (copy: copy kernel)");

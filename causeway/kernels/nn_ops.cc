@@ -82,10 +82,11 @@ absl::Status CheckShape(absl::string_view op, const char* a_name, uint32_t a, co
 
 uint32_t RowGroups(uint32_t rows) { return std::min(rows, kMaxGroups); }
 
-// layer_norm and its backward take a row per invocation when rows are at most
-// this wide: a workgroup's tree sum costs about 2 log2(wg) barriers a row,
-// more than a narrow row has elements to add (on lavapipe a barrier is a
-// switch between coroutines). Wider rows take a workgroup each.
+// layer_norm, cross_entropy and their backwards take a row per invocation
+// when rows are at most this wide: a workgroup's tree sum costs about
+// 2 log2(wg) barriers a row, more than a narrow row has elements to add (on
+// lavapipe a barrier is a switch between coroutines). Wider rows take a
+// workgroup each.
 constexpr uint32_t kRowPerInvocationMaxCols = 256;
 constexpr uint32_t kRowLocal = 64;  // the row kernels' default workgroup size
 
@@ -219,9 +220,11 @@ absl::StatusOr<OpPlan> PlanSoftmaxCausalBackward(uint32_t batch_heads, uint32_t 
 absl::StatusOr<OpPlan> PlanCrossEntropy(uint32_t rows, uint32_t vocab) {
   constexpr absl::string_view kOp = "cross_entropy";
   CAUSEWAY_RETURN_IF_ERROR(CheckVocab(kOp, rows, vocab));
+  const bool per_invocation = vocab <= kRowPerInvocationMaxCols;
   return OneLaunch(Sized(kOp, rows, vocab), std::string(kOp),
                    {Floats("logits", uint64_t{rows} * vocab), Floats("targets", rows), Floats("loss", rows)},
-                   PushBytes(RowsColsParams{rows, vocab}), {RowGroups(rows), 1, 1});
+                   PushBytes(RowsColsParams{rows, vocab}), RowKernelGroups(rows, per_invocation),
+                   {{1, per_invocation ? 1u : 0u}});
 }
 
 absl::StatusOr<OpPlan> PlanCrossEntropyBackward(uint32_t rows, uint32_t vocab, std::optional<float> scale) {
@@ -230,9 +233,11 @@ absl::StatusOr<OpPlan> PlanCrossEntropyBackward(uint32_t rows, uint32_t vocab, s
   const float s = scale.value_or(1.0f / static_cast<float>(rows));
   if (!std::isfinite(s)) return absl::InvalidArgumentError(absl::StrCat(kOp, ": scale must be finite"));
   const uint64_t n = uint64_t{rows} * vocab;
+  const bool per_invocation = vocab <= kRowPerInvocationMaxCols;
   return OneLaunch(Sized(kOp, rows, vocab), std::string(kOp),
                    {Floats("logits", n), Floats("targets", rows), Floats("dlogits", n)},
-                   PushBytes(RowsColsScaleParams{rows, vocab, s}), {RowGroups(rows), 1, 1});
+                   PushBytes(RowsColsScaleParams{rows, vocab, s}), RowKernelGroups(rows, per_invocation),
+                   {{1, per_invocation ? 1u : 0u}});
 }
 
 absl::StatusOr<OpPlan> PlanEmbedding(uint32_t tokens, uint32_t dim, uint32_t vocab, uint32_t seq_len,

@@ -2,21 +2,25 @@
 // of cross_entropy with respect to the logits (f32, row-major [rows, vocab]):
 //   dlogits[r, v] = scale * (softmax(logits[r])[v] - (v == targets[r] ? 1 : 0))
 // scale = 1 / rows for the mean loss (times the upstream gradient, if any).
-// A target outside [0, vocab) has no one-hot term. One workgroup per row;
-// max and sum are fixed-shape trees: reproducible run to run.
+// A target outside [0, vocab) has no one-hot term. Two forms, chosen by
+// specialization constant 1, as cross_entropy's: 0 one workgroup per row
+// (max and sum are fixed-shape trees), 1 one invocation per row (in
+// vocabulary order, no barrier). Either way reproducible run to run.
 //
 // Bindings (set 0):  0: float logits[]   (readonly)  rows * vocab
 //                    1: int targets[]    (readonly)  rows
 //                    2: float dlogits[]  (writeonly) rows * vocab; may alias logits
 // Push constants:    uint rows; uint vocab; float scale;
-// Specialization:    constant 0 = workgroup size x (default 64, at most 1024).
-// Dispatch:          any number of workgroups >= 1 (workgroup g takes rows
-//                    g, g + G, ...); the natural choice is min(rows, 65535) x 1 x 1.
+// Specialization:    constant 0 = workgroup size x (default 64, at most 1024);
+//                    constant 1 = form (0 a workgroup per row, 1 an
+//                    invocation per row).
+// Dispatch:          as cross_entropy's, by form.
 #version 450
 
 const uint kMaxWorkgroupSize = 1024;
 
 layout(local_size_x = 64, local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROW_PER_INVOCATION = 0;
 
 layout(set = 0, binding = 0, std430) readonly buffer Logits { float logits[]; };
 layout(set = 0, binding = 1, std430) readonly buffer Targets { int targets[]; };
@@ -47,7 +51,25 @@ float WorkgroupReduce(float v, bool take_max) {
   return partial[0];
 }
 
-void main() {
+void RowPerInvocation() {
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint row = gl_GlobalInvocationID.x; row < p.rows; row += stride) {
+    const uint base = row * p.vocab;
+    float m = -3.402823466e38;
+    for (uint v = 0; v < p.vocab; ++v) m = max(m, logits[base + v]);
+    float s = 0.0;
+    for (uint v = 0; v < p.vocab; ++v) s += exp(logits[base + v] - m);
+    const float inv = 1.0 / s;
+    const int target = targets[row];
+    // Each element is read before it is written: dlogits may alias logits.
+    for (uint v = 0; v < p.vocab; ++v) {
+      const float onehot = int(v) == target ? 1.0 : 0.0;
+      dlogits[base + v] = p.scale * (exp(logits[base + v] - m) * inv - onehot);
+    }
+  }
+}
+
+void WorkgroupPerRow() {
   const uint lid = gl_LocalInvocationIndex;
   const uint wg = gl_WorkGroupSize.x;
   for (uint row = gl_WorkGroupID.x; row < p.rows; row += gl_NumWorkGroups.x) {
@@ -63,5 +85,13 @@ void main() {
       const float onehot = int(v) == target ? 1.0 : 0.0;
       dlogits[base + v] = p.scale * (exp(logits[base + v] - m) * inv - onehot);
     }
+  }
+}
+
+void main() {
+  if (ROW_PER_INVOCATION != 0) {
+    RowPerInvocation();
+  } else {
+    WorkgroupPerRow();
   }
 }

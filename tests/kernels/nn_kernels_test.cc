@@ -411,7 +411,8 @@ TEST_F(NnKernelsTest, SoftmaxCausalBackwardMatchesFiniteDifferences) {
 
 // --- cross_entropy ----------------------------------------------------------
 
-constexpr uint32_t kVocabs[] = {1, 5, 65, 129};
+// Up to 256 a row per invocation, from 257 a workgroup per row.
+constexpr uint32_t kVocabs[] = {1, 5, 65, 129, 256, 257, 600};
 
 // Tests cross_entropy's per-row losses and their mean against the reference.
 TEST_F(NnKernelsTest, CrossEntropyMatchesReference) {

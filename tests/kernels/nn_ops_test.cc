@@ -149,13 +149,23 @@ TEST(NnPlanTest, CrossEntropy) {
   EXPECT_THAT(PlanOperands(plan), ElementsAre(Pair("logits", 160), Pair("targets", 16), Pair("loss", 16)));
   EXPECT_EQ(plan.launches[0].kernel, "cross_entropy");
   EXPECT_THAT(PushWords(plan.launches[0]), ElementsAre(4, 10));
-  EXPECT_EQ(plan.launches[0].groups, (Groups{4, 1, 1}));
+  // Up to 256 columns a row per invocation (constant 1 = 1), 64 a group.
+  EXPECT_EQ(plan.launches[0].groups, (Groups{1, 1, 1}));
+  EXPECT_THAT(plan.launches[0].spec, ElementsAre(Pair(1u, 1u)));
+  ASSERT_OK_AND_ASSIGN(OpPlan wide, PlanCrossEntropy(4, 257));
+  EXPECT_EQ(wide.launches[0].groups, (Groups{4, 1, 1}));
+  EXPECT_THAT(wide.launches[0].spec, ElementsAre(Pair(1u, 0u)));
 
   ASSERT_OK_AND_ASSIGN(OpPlan back, PlanCrossEntropyBackward(4, 10));
   EXPECT_THAT(PlanOperands(back),
               ElementsAre(Pair("logits", 160), Pair("targets", 16), Pair("dlogits", 160)));
   EXPECT_EQ(back.launches[0].kernel, "cross_entropy_backward");
   EXPECT_THAT(PushWords(back.launches[0]), ElementsAre(4, 10, Bits(0.25f)));
+  EXPECT_EQ(back.launches[0].groups, (Groups{1, 1, 1}));
+  EXPECT_THAT(back.launches[0].spec, ElementsAre(Pair(1u, 1u)));
+  ASSERT_OK_AND_ASSIGN(OpPlan wide_back, PlanCrossEntropyBackward(130, 300));
+  EXPECT_EQ(wide_back.launches[0].groups, (Groups{130, 1, 1}));
+  EXPECT_THAT(wide_back.launches[0].spec, ElementsAre(Pair(1u, 0u)));
   ASSERT_OK_AND_ASSIGN(OpPlan scaled, PlanCrossEntropyBackward(4, 10, 2.0f));
   EXPECT_THAT(PushWords(scaled.launches[0]), ElementsAre(4, 10, Bits(2.0f)));
 }

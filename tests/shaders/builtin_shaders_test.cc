@@ -161,8 +161,8 @@ TEST(BuiltinShadersTest, ModulesFollowInterfaceConventions) {
       {"attention_backward_lanes", {9, 6, 3, {0, 1, 2, 3}}},
       {"bias_gelu", {3, 2, 1, {0}}},
       {"bias_gelu_backward", {5, 3, 2, {0}}},
-      {"cross_entropy", {3, 2, 1, {0}}},
-      {"cross_entropy_backward", {3, 2, 1, {0}}},
+      {"cross_entropy", {3, 2, 1, {0, 1}}},
+      {"cross_entropy_backward", {3, 2, 1, {0, 1}}},
       {"embedding", {4, 3, 1, {0}}},
       // A and B are declared twice, at bindings 0 and 1 (as floats and as vec4s).
       {"gemm", {3, 4, 0, {0, 1, 2, 3, 4, 5, 6}}},
