@@ -79,7 +79,8 @@ elif [ "${1:-}" = "--tsan" ]; then
   # tests that do run here. They run in the plain and ASan suites.
   BULK='^CopyTest\.[A-Za-z]+MovesExactBytes$|^KernelsTest\.(CombineBeyondTheBindingLimit|FillAndCopyBeyondOneGridPass)$'
   BULK+='|^CollectiveTest\.[A-Za-z]+MatchesCpu$|^CollectiveMesh2DTest\.[A-Za-z]+OverEachAxis$'
-  BULK+='|^Attention(Plan)?[A-Za-z]*Test\.[A-Za-z]*(Reference|References)$'
+  # (Parameterized cases' names have a prefix, a /suffix and their parameter.)
+  BULK+='|^([A-Za-z]+/)?Attention(Plan)?[A-Za-z]*Test\.[A-Za-z]*(Reference|References)(/.*)?$'
   BULK+='|^TransformerTest\.([A-Za-z]+Follows?OneAccelerator|LossFallsOnTheCorpus|GradientMatchesFiniteDifferences'
   BULK+='|[A-Za-z]+MatchesCpuReference)$'
   BULK+='|^CrossIslandTest\.PipelineMatchesReferenceForEveryLayout$'
