@@ -83,7 +83,8 @@ void main() {
   // The row's query and output live in registers: the loops
   // over head_dim are unrolled with guards, so the arrays are indexed by
   // constants, and every tile read below has the same address in all
-  // invocations (one load and a broadcast on a SIMD CPU driver).
+  // invocations (a broadcast on a GPU; lavapipe still reads it once per
+  // lane, which is why CPU devices run attention_lanes.comp instead).
   float qr[kMaxHeadDim];
   float acc[kMaxHeadDim];
   [[unroll]] for (uint d = 0; d < kMaxHeadDim; ++d) {

@@ -15,8 +15,10 @@
 // pass 1) and holds that row's two operands and its accumulators in
 // registers, while its workgroup streams blocks of the other side's rows
 // (with their lse and delta in pass 0) through shared memory; every tile read
-// has the same address in all invocations (one load and a broadcast on a SIMD
-// CPU driver), and there are two barriers per block of 16 rows. (An earlier
+// has the same address in all invocations (a broadcast on a GPU; lavapipe
+// still reads it once per lane, which is why CPU devices run
+// attention_backward_lanes.comp instead), and there are two barriers per
+// block of 16 rows. (An earlier
 // form shared each row among 4 invocations and passed P and dS through shared
 // memory: three barriers per 8 rows, and 4 to 10 times slower on lavapipe.)
 //
