@@ -294,20 +294,21 @@ int AbandonedAccelerators() {
 
 std::string Accelerator::name() const { return absl::StrCat("accelerator ", index_, " (", info().name, ")"); }
 
-absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateBuffer(uint64_t size) {
+absl::StatusOr<std::shared_ptr<Buffer>> Accelerator::CreateBuffer(uint64_t size, uint64_t overwritten) {
   auto b = device_pool_->CreateBuffer(size);
   if (!b.ok() && absl::IsResourceExhausted(b.status())) {
     return absl::ResourceExhaustedError(absl::StrCat(name(), ": ", b.status().message()));
   }
   if (!b.ok()) return b;
-  CAUSEWAY_RETURN_IF_ERROR(Zero(*b));
+  CAUSEWAY_RETURN_IF_ERROR(Zero(*b, overwritten));
   return b;
 }
 
-absl::Status Accelerator::Zero(const std::shared_ptr<Buffer>& buffer) {
+absl::Status Accelerator::Zero(const std::shared_ptr<Buffer>& buffer, uint64_t from) {
+  if (from >= buffer->size()) return absl::OkStatus();
   HostSpan span("zero new buffer");
   if (void* bytes = buffer->mapped(); bytes != nullptr) {
-    std::memset(bytes, 0, buffer->size());
+    std::memset(static_cast<char*>(bytes) + from, 0, buffer->size() - from);
     if (buffer->host_coherent()) return absl::OkStatus();
     // The reserved range is aligned to nonCoherentAtomSize.
     VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE};
@@ -316,15 +317,17 @@ absl::Status Accelerator::Zero(const std::shared_ptr<Buffer>& buffer) {
     range.size = buffer->reserved_size();
     return VkStatus(vkFlushMappedMemoryRanges(device_->handle(), 1, &range), "vkFlushMappedMemoryRanges");
   }
-  // Not mapped: vkCmdFillBuffer takes whole words; a tail of 1-3 bytes is
-  // copied from zeroed staging memory.
+  // Not mapped: vkCmdFillBuffer takes whole aligned words (from the word
+  // `from` falls in: its first bytes are written later anyway); a tail of
+  // 1-3 bytes is copied from zeroed staging memory.
   CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<CommandList> list, CreateCommandList("zero new buffer"));
-  const uint64_t words = buffer->size() / 4 * 4, tail = buffer->size() - words;
-  if (words > 0) CAUSEWAY_RETURN_IF_ERROR(list->Fill(BufferArg(buffer, 0, words), 0));
+  const uint64_t start = from / 4 * 4;
+  const uint64_t end = start + (buffer->size() - start) / 4 * 4, tail = buffer->size() - end;
+  if (end > start) CAUSEWAY_RETURN_IF_ERROR(list->Fill(BufferArg(buffer, start, end - start), 0));
   if (tail > 0) {
     CAUSEWAY_ASSIGN_OR_RETURN(std::shared_ptr<Buffer> zeros, CreateStagingBuffer(tail));
     std::memset(zeros->mapped(), 0, tail);
-    CAUSEWAY_RETURN_IF_ERROR(list->Copy(BufferArg(zeros, 0, tail), BufferArg(buffer, words, tail)));
+    CAUSEWAY_RETURN_IF_ERROR(list->Copy(BufferArg(zeros, 0, tail), BufferArg(buffer, end, tail)));
   }
   // Later submissions of this queue run after it (every list begins with a
   // barrier); a failure shows in the queue's health like any submission's.

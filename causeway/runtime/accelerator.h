@@ -181,12 +181,16 @@ class Accelerator final : public TimelineDriver {
   uint32_t ring_capacity() const { return capacity_; }
 
   // --- memory ---
-  // A device-local buffer counted against the budget, all zero bytes: the
-  // pool's ranges pass between clients and sessions, so a buffer never shows
-  // what a freed one held. Memory the host maps is zeroed here; other memory
-  // by a fill submitted now, which the in-order queue runs before any later
-  // submission of this accelerator.
-  absl::StatusOr<std::shared_ptr<Buffer>> CreateBuffer(uint64_t size);
+  // A device-local buffer counted against the budget, zero from byte
+  // `overwritten` on: the pool's ranges pass between clients and sessions,
+  // so a buffer never shows what a freed one held. Bytes [0, overwritten)
+  // keep what the range held: the caller promises that its first writer
+  // writes them all before anyone can read them, or fails whatever would
+  // read them (a receive fills its value whole or fails its array). Memory
+  // the host maps is zeroed here; other memory by a fill submitted now,
+  // which the in-order queue runs before any later submission of this
+  // accelerator.
+  absl::StatusOr<std::shared_ptr<Buffer>> CreateBuffer(uint64_t size, uint64_t overwritten = 0);
   // A host-visible staging buffer (not counted against the budget).
   absl::StatusOr<std::shared_ptr<Buffer>> CreateStagingBuffer(uint64_t size, bool readback = false);
   uint64_t memory_budget() const { return device_pool_->budget(); }
@@ -357,8 +361,8 @@ class Accelerator final : public TimelineDriver {
   // Quarantines this accelerator if its oldest submission has held it past
   // its hold limit; the time until it would (infinite: no limit applies).
   absl::Duration CheckHold() ABSL_LOCKS_EXCLUDED(ring_mu_);
-  // Zeroes a new device buffer (see CreateBuffer).
-  absl::Status Zero(const std::shared_ptr<Buffer>& buffer);
+  // Zeroes a new device buffer from byte `from` on (see CreateBuffer).
+  absl::Status Zero(const std::shared_ptr<Buffer>& buffer, uint64_t from);
   // Marks a slot submitted (or resolves it, if FailDevice already failed it).
   void Publish(Slot* slot, uint64_t value, Promise<> promise, CommandList::Recording* recording,
                absl::Status status) ABSL_LOCKS_EXCLUDED(ring_mu_);

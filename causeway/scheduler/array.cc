@@ -67,7 +67,8 @@ Shape GlobalShape(const Shape& shard_shape, const Sharding& sharding, const Mesh
 }
 
 absl::StatusOr<std::shared_ptr<Array>> Array::Create(std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
-                                                     Sharding sharding, ClientId owner, std::string label) {
+                                                     Sharding sharding, ClientId owner, std::string label,
+                                                     Contents contents) {
   if (mesh == nullptr) return absl::InvalidArgumentError("array without a mesh");
   if (mesh->released()) {
     return absl::FailedPreconditionError(absl::StrCat("array '", label, "': ", mesh->DebugString(),
@@ -95,7 +96,8 @@ absl::StatusOr<std::shared_ptr<Array>> Array::Create(std::shared_ptr<Mesh> mesh,
   for (Accelerator* d : a->mesh_->devices()) {
     // Whole words, so that a shard can be filled (zeroed) as one range.
     CAUSEWAY_ASSIGN_OR_RETURN(auto buffer,
-                              d->CreateBuffer(std::max<uint64_t>((a->shard_bytes_ + 3) / 4 * 4, 4)));
+                              d->CreateBuffer(std::max<uint64_t>((a->shard_bytes_ + 3) / 4 * 4, 4),
+                                              contents == Contents::kWrittenWhole ? a->shard_bytes_ : 0));
     a->shards_.push_back(std::move(buffer));
   }
   a->writes_.resize(a->shards_.size());

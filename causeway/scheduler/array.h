@@ -29,8 +29,20 @@ Shape GlobalShape(const Shape& shard_shape, const Sharding& sharding, const Mesh
 // away). Thread-safe.
 class Array {
  public:
+  // What a new array's shards hold before their first write.
+  enum class Contents {
+    // Zeros: a tenant may read an array it never wrote.
+    kZeros,
+    // Whatever their memory held (only their padding past the last element
+    // is zeroed): the array's first write covers every byte or fails the
+    // array, so nothing can read what was there (a receive's value). Saves
+    // a pass over the memory before a large value arrives.
+    kWrittenWhole,
+  };
   static absl::StatusOr<std::shared_ptr<Array>> Create(std::shared_ptr<Mesh> mesh, Shape shape, DType dtype,
-                                                       Sharding sharding, ClientId owner, std::string label = "");
+                                                       Sharding sharding, ClientId owner,
+                                                       std::string label = "",
+                                                       Contents contents = Contents::kZeros);
 
   const Shape& shape() const { return shape_; }
   const Shape& shard_shape() const { return shard_shape_; }

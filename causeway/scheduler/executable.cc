@@ -199,6 +199,13 @@ Executable::Executable(std::shared_ptr<const Program> program, ClientId client, 
   }
 }
 
+Array::Contents Executable::OutputContents(int v) const {
+  for (const ProgramStep& step : program_->steps()) {
+    if (step.kind == ProgramStep::kReceive && step.outputs[0] == v) return Array::Contents::kWrittenWhole;
+  }
+  return Array::Contents::kZeros;
+}
+
 bool Executable::ProducedIn(size_t first, size_t s, int v) const {
   const auto& steps = program_->steps();
   for (size_t e = first; e < s; ++e) {
@@ -530,8 +537,8 @@ absl::StatusOr<std::shared_ptr<RunState>> Executable::Prepare(const std::vector<
   outputs->clear();
   for (int o : program_->outputs()) {
     const ProgramValue& pv = program_->values()[o];
-    CAUSEWAY_ASSIGN_OR_RETURN(run->values_[o],
-                              Array::Create(pv.mesh, pv.shape, pv.dtype, pv.sharding, client_, pv.name));
+    CAUSEWAY_ASSIGN_OR_RETURN(run->values_[o], Array::Create(pv.mesh, pv.shape, pv.dtype, pv.sharding,
+                                                             client_, pv.name, OutputContents(o)));
     outputs->push_back(run->values_[o]);
   }
   for (const ProgramStep& s : program_->steps()) {

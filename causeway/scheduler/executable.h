@@ -239,6 +239,9 @@ class Executable : public std::enable_shared_from_this<Executable> {
   // `v` made by an earlier step of that gang call.
   bool ProducedIn(size_t first, size_t s, int v) const;
   bool ByEngine(size_t s, int d) const;
+  // How a run's output array `v` starts: a receive's value is written whole
+  // (or the array fails), so it is not zeroed first; others are.
+  Array::Contents OutputContents(int v) const;
   absl::Status RecordGangCall(CommandList& list, const std::vector<ArrayRef>& values, const Instance& inst,
                               size_t g, int d) const;
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -594,13 +595,18 @@ TEST(MemoryTest, SpareBlocksAreReusedAndBounded) {
 // as a spare) are filled, freed, and their ranges handed out again, which
 // read as zeros. Buffers of different clients and sessions share an
 // accelerator's pool, so without this one tenant could read another's data
-// through an array it never wrote.
+// through an array it never wrote. A buffer whose first bytes its caller
+// promises to overwrite (a receive's value) keeps them as they were, so a
+// large value is not written twice, and only the rest (past the last whole
+// word before them, on memory the host does not map) is zeroed.
 TEST(MemoryTest, FreedBytesNeverReachTheNextBuffer) {
   auto rt = MakeRuntimeWithBudget(256 * kMiB);
   ASSERT_NE(rt, nullptr);
   Accelerator* acc = rt->accelerator(0);
-  for (const uint64_t size : {uint64_t{4096} + 12, 40 * kMiB}) {
-    SCOPED_TRACE(size);
+  for (const auto [size, overwritten] :
+       {std::pair{uint64_t{4096} + 12, uint64_t{0}}, std::pair{40 * kMiB, uint64_t{0}},
+        std::pair{uint64_t{4096} + 12, uint64_t{4096} + 5}, std::pair{40 * kMiB, 40 * kMiB - 6}}) {
+    SCOPED_TRACE(absl::StrCat(size, " bytes, ", overwritten, " to be overwritten"));
     const std::vector<uint8_t> secret = RandomBytes(size, 7);
     const MemoryBlock* block = nullptr;
     uint64_t offset = 0;
@@ -610,14 +616,18 @@ TEST(MemoryTest, FreedBytesNeverReachTheNextBuffer) {
       block = first->block();
       offset = first->block_offset();
     }
-    ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size));
+    ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size, overwritten));
     // The same bytes of the same block, or this test shows nothing.
     ASSERT_EQ(next->block(), block);
     ASSERT_EQ(next->block_offset(), offset);
     std::vector<uint8_t> got(size, 0xAB);
     ASSERT_OK(acc->DownloadSync(next, got.data(), size));
-    EXPECT_EQ(std::count(got.begin(), got.end(), 0), static_cast<std::ptrdiff_t>(size))
+    EXPECT_EQ(std::count(got.begin() + overwritten, got.end(), 0),
+              static_cast<std::ptrdiff_t>(size - overwritten))
         << "a new buffer holds a freed buffer's bytes";
+    const uint64_t kept = overwritten / 4 * 4;
+    EXPECT_TRUE(std::equal(got.begin(), got.begin() + kept, secret.begin()))
+        << "bytes the caller overwrites were zeroed first";
   }
 }
 

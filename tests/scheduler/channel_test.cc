@@ -605,6 +605,67 @@ TEST(CrossIslandTest, QueuedRunsReceiveStraightIntoTheirBuffers) {
   EXPECT_EQ(q.channel->inbox().pending(), 0u);
 }
 
+// Tests that a received value is not zeroed before it comes (the receive
+// writes every byte of it) and still never shows what its memory held:
+// another tenant's freed array lies where the run's output goes, half the
+// value comes, then the sender is lost. The output reads as the sender's
+// error, not as the other tenant's bytes; a later run's value comes whole
+// and reads as sent.
+TEST(CrossIslandTest, AReceivedValueIsWrittenWholeOrNeverRead) {
+  const int64_t n = 10 << 20;  // 40 MiB: a block of its own, reused whole
+  const uint64_t bytes = n * sizeof(float);
+  TwoIslands t(1, 1);
+  auto mesh = ValueOrThrow(t.cb->AllocateMesh({1}));
+  auto channel = LocalChannel::Create("channel 1 from island 'a'");
+  ProgramBuilder pb("receive");
+  pb.Receive("recv-x", mesh, "x", {n}, DType::kF32, Sharding::Replicated(), channel);
+  pb.Output("x");
+  ASSERT_OK_AND_ASSIGN(auto exe, t.cb->Load(ValueOrThrow(pb.Build())));
+
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Client> other, t.b->Connect("other tenant"));
+  auto other_mesh = ValueOrThrow(other->AllocateMesh({1}));
+  std::vector<float> secret = RandomFloats(n, 5);
+  for (float& v : secret) v += 2.0f;  // no zeros
+  ArrayRef theirs = UploadArray(*other, other_mesh, {n}, Sharding::Replicated(), secret);
+  ASSERT_OK(theirs->Await(absl::Now() + kRunTimeout));
+  std::shared_ptr<Buffer> freed = ValueOrThrow(theirs->shard(0));
+  const MemoryBlock* block = freed->block();
+  const uint64_t offset = freed->block_offset();
+  freed.reset();
+  theirs->Release();
+
+  ASSERT_OK_AND_ASSIGN(Execution lost, t.cb->Execute(exe, {}, {.tag = 1}));
+  std::shared_ptr<Buffer> shard = ValueOrThrow(lost.outputs[0]->shard(0));
+  // The same memory, or this test shows nothing.
+  ASSERT_EQ(shard->block(), block);
+  ASSERT_EQ(shard->block_offset(), offset);
+  const std::vector<float> x = RandomFloats(n, 6);
+  ASSERT_OK(channel->inbox().Deliver(1, 0, bytes, x.data(), bytes / 2));
+  channel->Close(absl::UnavailableError("island 'a' was lost mid-value"));
+  EXPECT_ERROR(lost.Await(absl::Now() + kRunTimeout), absl::StatusCode::kUnavailable, "lost mid-value");
+  std::vector<float> got(n, -1.0f);
+  EXPECT_ERROR(lost.outputs[0]->Download(got.data(), bytes), absl::StatusCode::kUnavailable,
+               "lost mid-value");
+  EXPECT_EQ(got, std::vector<float>(n, -1.0f)) << "a failed receive gave bytes to its tenant";
+  if (const float* held = static_cast<const float*>(shard->mapped()); held != nullptr) {
+    // What came, then what was there: the receive did not zero it first.
+    EXPECT_TRUE(std::equal(held, held + n / 2, x.begin()));
+    EXPECT_TRUE(std::equal(held + n / 2, held + n, secret.begin() + n / 2));
+  }
+  shard.reset();
+  lost.outputs[0]->Release();
+
+  auto channel2 = LocalChannel::Create("channel 2 from island 'a'");
+  ProgramBuilder pb2("receive-again");
+  pb2.Receive("recv-x", mesh, "x", {n}, DType::kF32, Sharding::Replicated(), channel2);
+  pb2.Output("x");
+  ASSERT_OK_AND_ASSIGN(auto exe2, t.cb->Load(ValueOrThrow(pb2.Build())));
+  ASSERT_OK_AND_ASSIGN(Execution whole, t.cb->Execute(exe2, {}, {.tag = 2}));
+  ASSERT_OK(channel2->inbox().Deliver(2, 0, bytes, x.data(), bytes));
+  ASSERT_OK(whole.Await(absl::Now() + kRunTimeout));
+  EXPECT_EQ(DownloadArray(whole.outputs[0]), x);
+}
+
 // Tests that runs dropped before their receive (their client closed) abandon
 // the values they asked for: nothing waits in the inbox, and bytes sent
 // after for them are dropped without failing the sender.
