@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Connect(const std::vecto
   {
     absl::MutexLock lock(&c->mu_);
     c->lost_.assign(islands.size(), false);
+    c->arrays_.resize(islands.size());
   }
   for (size_t i = 0; i < islands.size(); ++i) {
     Controller* self = c.get();
@@ -256,6 +257,10 @@ absl::StatusOr<RemoteArray> Controller::CreateArray(const RemoteMesh& mesh, Shap
   ca->set_sharding(ToDef(sharding).SerializeAsString());
   CAUSEWAY_ASSIGN_OR_RETURN(std::string bytes, Call(mesh.island, in.SerializeAsString()));
   CAUSEWAY_ASSIGN_OR_RETURN(IslandResponse out, Decode(bytes));
+  {
+    absl::MutexLock lock(&mu_);
+    arrays_[mesh.island].insert(out.id());
+  }
   return RemoteArray{mesh.island, out.id(), std::move(shape), dtype};
 }
 
@@ -299,9 +304,24 @@ absl::Status Controller::Download(const RemoteArray& array, void* host, uint64_t
 }
 
 absl::Status Controller::Release(const RemoteArray& array) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (array.island < 0 || array.island >= island_count())
+      return absl::InvalidArgumentError("no such island");
+    if (lost_[array.island]) return LostIfDown(array.island);
+    if (arrays_[array.island].erase(array.id) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("no array ", array.id, " on island ", island_name(array.island)));
+    }
+  }
+  // No answer to wait for: the island refuses only ids it does not hold,
+  // and this controller has just checked that it holds this one.
   IslandRequest in;
   in.mutable_release_array()->set_array(array.id);
-  return Call(array.island, in.SerializeAsString()).status();
+  Request r;
+  r.set_island(in.SerializeAsString());
+  absl::Status sent = islands_[array.island]->connection->Notify(r, absl::Now() + options_.call_timeout);
+  return sent.ok() ? sent : LostError(array.island, sent);
 }
 
 absl::StatusOr<std::shared_ptr<RemoteProgram>> Controller::Load(
@@ -457,6 +477,12 @@ absl::StatusOr<RemoteRun> Controller::Execute(const std::shared_ptr<RemoteProgra
       lock.Release();
       SendNotes(notes);
       return sent;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t p = 0; p < program->parts.size(); ++p) {
+      arrays_[program->parts[p].island].insert(part_outputs[p].begin(), part_outputs[p].end());
     }
   }
   for (auto [part, index] : program->outputs) {

@@ -31,6 +31,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "causeway/base/future.h"
@@ -144,6 +145,10 @@ class Controller {
   // The array's bytes once written, by `deadline`.
   absl::Status Download(const RemoteArray& array, void* host, uint64_t size,
                         absl::Time deadline = absl::InfiniteFuture());
+  // Gives the array back. A one-way note, in order with this controller's
+  // other requests to the island (a later request no longer finds the
+  // array; runs asked for earlier still read it): NotFound here for an array
+  // this controller does not hold (released, or never made).
   absl::Status Release(const RemoteArray& array);
 
   // Splits `def` by the islands of its meshes (`meshes` binds each MeshDef
@@ -204,6 +209,10 @@ class Controller {
   uint64_t next_channel_ ABSL_GUARDED_BY(mu_) = 16;
   uint64_t next_array_ ABSL_GUARDED_BY(mu_) = uint64_t{1} << 62;  // kControllerIds
   std::vector<bool> lost_ ABSL_GUARDED_BY(mu_);
+  // The ids of the arrays this controller holds on each island (made by
+  // CreateArray or as a run's outputs, not released), so that Release,
+  // which waits for no answer, can still refuse an id it does not hold.
+  std::vector<absl::flat_hash_set<uint64_t>> arrays_ ABSL_GUARDED_BY(mu_);
   // Keyed by (island, program id, tag).
   absl::flat_hash_map<std::tuple<int, uint64_t, uint64_t>, std::shared_ptr<PendingRun>> runs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingFetch>> fetches_ ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -1034,6 +1035,32 @@ TEST(IslandServerTest, StoppedIslandIsCaughtByTheHeartbeat) {
   EXPECT_FALSE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("isl-b"));
   EXPECT_LT(absl::Now() - stopped, bound);
+}
+
+// Tests that Release waits for no answer: an array on a stopped (SIGSTOP)
+// island is released at once (a round trip would wait for the island to
+// go on), and once the island goes on the array is gone, and a second
+// release is refused by the controller itself.
+TEST(IslandServerTest, ReleaseWaitsForNoAnswer) {
+  ControllerOptions options;
+  options.call_timeout = absl::Minutes(5);
+  options.connection.peer_timeout = absl::Minutes(5);
+  Cluster c = StartCluster({}, options);
+  ASSERT_NE(c.program, nullptr);
+  ASSERT_OK_AND_ASSIGN(RemoteArray x, c.controller->CreateArray(c.mb, {kRows, kCols}, DType::kF32));
+  c.b->Signal(SIGSTOP);
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(c.b->pid(), &wait_status, WUNTRACED), c.b->pid());  // it is stopped now
+  ASSERT_TRUE(WIFSTOPPED(wait_status));
+  auto released = std::async(std::launch::async, [&] { return c.controller->Release(x); });
+  const bool returned = released.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  c.b->Signal(SIGCONT);
+  ASSERT_TRUE(returned) << "Release waited for the stopped island";
+  ASSERT_OK(released.get());
+  std::vector<float> got(kRows * kCols);
+  EXPECT_ERROR(c.controller->Download(x, got.data(), got.size() * 4, absl::Now() + kRunTimeout),
+               absl::StatusCode::kNotFound, "no array");
+  EXPECT_ERROR(c.controller->Release(x), absl::StatusCode::kNotFound, "no array");
 }
 
 // Tests that an island with a secret refuses a controller without it or
