@@ -401,8 +401,10 @@ void BenchMemoryKernels(Accelerator* acc, uint32_t rows, uint32_t cols, uint32_t
             copy_cmd >= copy_kernel ? "vkCmdCopyBuffer of as many bytes" : "copy kernel of as many bytes",
             copy)
         .Samples(runs)
-        .Param("rows", rows)
-        .Param("cols", cols)
+        // The step's activations the case's shape comes from (the shape
+        // itself is the case's name).
+        .Param("activation_rows", rows)
+        .Param("activation_cols", cols)
         .Extra("reps", reps);
   }
 }
