@@ -27,6 +27,16 @@ std::string Version(uint32_t v) {
 
 }  // namespace
 
+// Whether the device's first device-local memory type, which device
+// buffers take, is one the host can map.
+bool DeviceMemoryMapped(const PhysicalDeviceInfo& device) {
+  for (const PhysicalDeviceInfo::MemoryType& t : device.memory_types) {
+    if (t.flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+      return (t.flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) != 0;
+  }
+  return false;
+}
+
 int DevicesCommand(const std::vector<std::string>& args) {
   Flags flags(RuntimeFlagSpecs());
   if (auto done = StartCommand("devices", "usage: causeway devices [flags]\n\n", flags, args)) return *done;
@@ -85,8 +95,15 @@ int DevicesCommand(const std::vector<std::string>& args) {
   std::printf("  bounds checks: %s\n", RobustAccessSummary(*plan->device).c_str());
   std::printf("  memory budget: %s each\n", FormatBytes(plan->memory_budget).c_str());
   std::printf("  ring: %u in-flight submissions each\n", plan->ring_capacity);
+  std::printf("  device memory: %s\n",
+              plan->discrete_memory ? "discrete (never mapped by the host: staging for every byte in or out)"
+              : DeviceMemoryMapped(*plan->device)
+                  ? "mapped by the host (uploads, downloads and DCN bytes go straight in and out)"
+                  : "not host-visible (staging for every byte in or out)");
   std::printf("  copies between accelerators: %s\n", CopyPathName(plan->copy_path));
-  if (plan->copy_engine_min_bytes == UINT64_MAX) {
+  if (plan->discrete_memory) {
+    std::printf("  copy engine: none (it copies between mapped buffers)\n");
+  } else if (plan->copy_engine_min_bytes == UINT64_MAX) {
     std::printf("  copy engine: off (CAUSEWAY_COPY_ENGINE=SIZE moves copies of SIZE or more off the queues)\n");
   } else {
     std::printf("  copy engine: copies of %s or more, where device memory is host-coherent\n",

@@ -157,6 +157,11 @@ std::vector<FlagSpec> RuntimeFlagSpecs() {
       {"validation", "turn on the Vulkan validation layer (env CAUSEWAY_VALIDATION)", "", true},
       {"external-memory", "copy between VkDevices through imported memory (off: through the host)", "true",
        true},
+      {"device-memory",
+       "auto (as the driver reports: mapped where host-visible) or discrete (never mapped: staging "
+       "everywhere, "
+       "as on a discrete GPU) (env CAUSEWAY_DEVICE_MEMORY)",
+       ""},
       {"copy-engine",
        "move copies of this size or more off the queues, e.g. 4MiB, or off (env CAUSEWAY_COPY_ENGINE)", ""},
       {"watchdog",
@@ -187,6 +192,7 @@ absl::StatusOr<RuntimeOptions> RuntimeOptionsFromFlags(const Flags& flags) {
   o.validation = flags.Bool("validation");
   o.use_external_memory = flags.Bool("external-memory");
   o.copy_engine = flags.Get("copy-engine");
+  o.device_memory = flags.Get("device-memory");
   if (flags.Get("watchdog") == "off") {
     o.watchdog = absl::InfiniteDuration();
   } else {

@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   pool.kind = MemoryKind::kDevice;
   pool.budget = options.memory_budget;
   pool.exportable = options.exportable_memory;
+  pool.host_maps_device_memory = options.host_maps_device_memory;
   CAUSEWAY_ASSIGN_OR_RETURN(self->device_pool_, MemoryPool::Create(self.get(), device, pool));
   pool.budget = UINT64_MAX;
   pool.exportable = false;
@@ -129,8 +130,10 @@ absl::StatusOr<std::unique_ptr<Accelerator>> Accelerator::Create(int index, std:
   CAUSEWAY_ASSIGN_OR_RETURN(self->readback_pool_, MemoryPool::Create(self.get(), device, pool));
   self->imports_ = std::make_unique<ImportCache>(device);
   // A copy engine where device memory is mapped and host-coherent (the
-  // first device-local type, the one the device pool takes first).
+  // first device-local type, the one the device pool takes first), and the
+  // host maps it (not with RuntimeOptions::device_memory "discrete").
   for (const auto& type : device->info().memory_types) {
+    if (!options.host_maps_device_memory) break;
     if ((type.flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) == 0) continue;
     constexpr VkMemoryPropertyFlags kHostCoherent =
         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;

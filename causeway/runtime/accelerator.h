@@ -76,6 +76,9 @@ struct AcceleratorOptions {
   // Copies into this accelerator of at least this many bytes a device go by
   // its copy engine where it has one (copy_engine.h); UINT64_MAX: never.
   uint64_t copy_engine_min_bytes = UINT64_MAX;
+  // Whether the host maps device memory where the driver lets it
+  // (PoolOptions::host_maps_device_memory).
+  bool host_maps_device_memory = true;
 };
 
 // Per-submission options.

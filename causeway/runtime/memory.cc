@@ -216,7 +216,8 @@ absl::StatusOr<MemoryBlock*> MemoryPool::NewBlock(uint64_t size, uint32_t type_b
       vkAllocateMemory(device_->handle(), &alloc, nullptr, &block->memory),
       absl::StrCat("allocating a ", FormatBytes(size), " ", MemoryKindName(options_.kind), " block")));
   CountVulkanObject(+1);
-  if (info.memory_types[type].flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+  const bool unmapped = options_.kind == MemoryKind::kDevice && !options_.host_maps_device_memory;
+  if ((info.memory_types[type].flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && !unmapped) {
     absl::Status s = VkStatus(vkMapMemory(device_->handle(), block->memory, 0, VK_WHOLE_SIZE, 0, &block->mapped),
                               "vkMapMemory");
     if (!s.ok()) {

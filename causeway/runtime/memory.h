@@ -96,6 +96,11 @@ struct PoolOptions {
   // keeping one would take the memory held over the budget.
   int max_spare_blocks = 4;
   bool exportable = false;              // blocks exportable as opaque fds
+  // Device memory only: whether the host maps it where the driver lets it.
+  // Off, every buffer's mapped() is null even on host-visible memory, so
+  // that the runtime takes the discrete GPU's staging paths
+  // (RuntimeOptions::device_memory).
+  bool host_maps_device_memory = true;
 };
 
 // The memory of one kind on one accelerator. Thread-safe.

@@ -175,6 +175,16 @@ absl::StatusOr<RuntimePlan> Runtime::Plan(const Instance& instance, const Runtim
     plan.copy_engine_min_bytes = *parsed;
   }
 
+  const std::string memory =
+      options.device_memory.empty() ? EnvString("CAUSEWAY_DEVICE_MEMORY") : options.device_memory;
+  if (memory == "discrete") {
+    plan.discrete_memory = true;
+  } else if (!memory.empty() && memory != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device memory (--device-memory, CAUSEWAY_DEVICE_MEMORY) must be auto or discrete, got '", memory,
+        "'"));
+  }
+
   if (plan.accelerators == 1) {
     plan.copy_path = CopyPath::kSameQueue;
   } else if (plan.shared_device) {
@@ -208,6 +218,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const RuntimeOptions& o
   accel_options.ring_capacity = plan.ring_capacity;
   accel_options.exportable_memory = plan.copy_path == CopyPath::kExternalMemory;
   accel_options.copy_engine_min_bytes = plan.copy_engine_min_bytes;
+  accel_options.host_maps_device_memory = !plan.discrete_memory;
 
   std::shared_ptr<Device> shared;
   if (plan.shared_device) {

@@ -55,6 +55,15 @@ struct RuntimeOptions {
   // default 4 MiB on GPUs, off on CPU drivers, where the engine and the
   // kernels share the same cores).
   std::string copy_engine;
+  // How accelerators treat their device memory (empty: CAUSEWAY_DEVICE_MEMORY,
+  // else "auto"): "auto" as the driver reports it: mapped by the host where it
+  // is host-visible (lavapipe, unified-memory GPUs), so uploads, downloads
+  // and DCN bytes go straight in and out of it. "discrete": never mapped,
+  // even where it could be; every upload, download, DCN send and receive
+  // goes through staging buffers and device copies, exactly as on a
+  // discrete GPU, so that those paths run (and are tested) on a CPU driver.
+  // There is no copy engine then (it copies between mapped buffers).
+  std::string device_memory;
   bool use_push_descriptors = true;   // off: descriptor sets
   bool use_external_memory = true;    // off: copies between VkDevices go through the host
   std::string pipeline_cache_dir;     // see DeviceOptions
@@ -73,6 +82,7 @@ struct RuntimePlan {
   uint32_t ring_capacity = 0;
   CopyPath copy_path = CopyPath::kSameQueue;  // between two accelerators
   uint64_t copy_engine_min_bytes = UINT64_MAX;  // UINT64_MAX: off
+  bool discrete_memory = false;                 // device memory never mapped (RuntimeOptions::device_memory)
 };
 
 // Thread-safe. Destroying it waits for in-flight work (bounded) and frees all.

@@ -71,6 +71,16 @@ std::unique_ptr<Runtime> MakeRuntimeWith(int accelerators, bool external_memory)
   return MakeRuntime(options);
 }
 
+// As MakeRuntimeWith(2, true), with device memory as the driver reports it
+// whatever CAUSEWAY_DEVICE_MEMORY says: the copy engine copies between
+// mapped buffers, and there is none where device memory is not mapped.
+std::unique_ptr<Runtime> MakeEngineRuntime() {
+  RuntimeOptions options = TestOptions(2);
+  options.sharing = "devices";
+  options.device_memory = "auto";
+  return MakeRuntime(options);
+}
+
 // One copy: `size` bytes from src offset to dst offset.
 struct CopyCase {
   uint64_t size;
@@ -219,7 +229,7 @@ TEST(CopyTest, CommandListCopyExternalMemoryMovesExactBytes) {
 // Tests that the copy engine moves exactly the range's bytes, 1 B to 64 MiB
 // (eight chunks), at odd offsets, both ways.
 TEST(CopyTest, CopyEngineMovesExactBytes) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   ASSERT_NE(rt->accelerator(0)->copy_engine(), nullptr) << "lavapipe's device memory is host-coherent";
   CheckAllCopies(*rt, Method::kCopyEngine);
@@ -305,6 +315,9 @@ TEST(CopyTest, ExternalMemoryCopyWaitsForProducerOnOtherDevice) {
     CheckCopyAfterProducer(b, a, 4u << 20, 0xD0000000u + round, Method::kCommandListCopy);
     CheckCopyAfterProducer(a, b, 4u << 20, 0xE0000000u + round, Method::kKernelRead);
     CheckCopyAfterProducer(b, a, 4u << 20, 0xF0000000u + round, Method::kKernelRead);
+    // No copy engine where the host does not map device memory.
+    ASSERT_EQ(b->copy_engine() == nullptr, rt->plan().discrete_memory);
+    if (rt->plan().discrete_memory) continue;
     CheckCopyAfterProducer(a, b, 4u << 20, 0x30000000u + round, Method::kCopyEngine);
     CheckCopyAfterProducer(b, a, 4u << 20, 0x40000000u + round, Method::kCopyEngine);
   }
@@ -775,7 +788,7 @@ TEST(CopyTest, BadCommandListCopiesAreRejectedAtAppend) {
 // destination waiting for the copy sees its bytes: nothing moves before the
 // producer is done.
 TEST(CopyTest, CopyEngineWaitsForItsInputAndGatesItsConsumer) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   Accelerator* a = rt->accelerator(0);
   Accelerator* b = rt->accelerator(1);
@@ -827,7 +840,7 @@ TEST(CopyTest, CopyEngineWaitsForItsInputAndGatesItsConsumer) {
 // writes nothing, that work waiting on it fails too, and that the engine
 // goes on with the next copy.
 TEST(CopyTest, CopyEngineFailedInputFailsTheCopyAndWritesNothing) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   Accelerator* a = rt->accelerator(0);
   Accelerator* b = rt->accelerator(1);
@@ -870,7 +883,7 @@ TEST(CopyTest, CopyEngineFailedInputFailsTheCopyAndWritesNothing) {
 // Tests that the engine refuses, at once and with the range named, regions
 // outside either buffer (also when offset + size wraps around 2^64).
 TEST(CopyTest, CopyEngineRefusesRangesOutsideItsBuffers) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   CopyEngine* engine = rt->accelerator(1)->copy_engine();
   ASSERT_NE(engine, nullptr);
@@ -899,7 +912,7 @@ TEST(CopyTest, CopyEngineRefusesRangesOutsideItsBuffers) {
 // queued behind it (Cancelled, naming the engine) within a bounded time, and
 // every copy asked for afterwards at once.
 TEST(CopyTest, CopyEngineStopFailsQueuedCopiesAndLaterOnes) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   ASSERT_OK_AND_ASSIGN(auto src, rt->accelerator(0)->CreateBuffer(4096));
   ASSERT_OK_AND_ASSIGN(auto dst, rt->accelerator(1)->CreateBuffer(4096));
@@ -925,7 +938,7 @@ TEST(CopyTest, CopyEngineStopFailsQueuedCopiesAndLaterOnes) {
 // Tests that a traced copy shows one "copy-engine" span per chunk on the
 // engine's own thread, whose bytes add up to the copy.
 TEST(CopyTest, CopyEngineChunksAreTracedOnItsThread) {
-  auto rt = MakeRuntimeWith(2, /*external_memory=*/true);
+  auto rt = MakeEngineRuntime();
   ASSERT_NE(rt, nullptr);
   CopyEngine engine("traced engine", /*chunk_bytes=*/1 << 20);
   const uint64_t bytes = (5 << 20) + 4096;  // five whole chunks and a part

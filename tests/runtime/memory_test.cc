@@ -38,9 +38,12 @@ constexpr uint64_t kBlockSize = 64 * kMiB;
 // The message of `s`, as a std::string that gMock prints readably.
 std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
-std::unique_ptr<Runtime> MakeRuntimeWithBudget(uint64_t budget) {
+// `device_memory`: RuntimeOptions::device_memory (empty:
+// CAUSEWAY_DEVICE_MEMORY's).
+std::unique_ptr<Runtime> MakeRuntimeWithBudget(uint64_t budget, const std::string& device_memory = "") {
   RuntimeOptions options = TestOptions(1);
   options.memory_budget = budget;
+  options.device_memory = device_memory;
   return MakeRuntime(options);
 }
 
@@ -599,36 +602,81 @@ TEST(MemoryTest, SpareBlocksAreReusedAndBounded) {
 // promises to overwrite (a receive's value) keeps them as they were, so a
 // large value is not written twice, and only the rest (past the last whole
 // word before them, on memory the host does not map) is zeroed.
+// Both ways of zeroing run: memset where the host maps device memory, a
+// fill on the queue where it does not (the discrete setting).
 TEST(MemoryTest, FreedBytesNeverReachTheNextBuffer) {
-  auto rt = MakeRuntimeWithBudget(256 * kMiB);
-  ASSERT_NE(rt, nullptr);
-  Accelerator* acc = rt->accelerator(0);
-  for (const auto [size, overwritten] :
-       {std::pair{uint64_t{4096} + 12, uint64_t{0}}, std::pair{40 * kMiB, uint64_t{0}},
-        std::pair{uint64_t{4096} + 12, uint64_t{4096} + 5}, std::pair{40 * kMiB, 40 * kMiB - 6}}) {
-    SCOPED_TRACE(absl::StrCat(size, " bytes, ", overwritten, " to be overwritten"));
-    const std::vector<uint8_t> secret = RandomBytes(size, 7);
-    const MemoryBlock* block = nullptr;
-    uint64_t offset = 0;
-    {
-      ASSERT_OK_AND_ASSIGN(auto first, acc->CreateBuffer(size));
-      ASSERT_OK(acc->UploadSync(first, secret.data(), size));
-      block = first->block();
-      offset = first->block_offset();
+  for (const std::string memory : {"auto", "discrete"}) {
+    SCOPED_TRACE(memory);
+    auto rt = MakeRuntimeWithBudget(256 * kMiB, memory);
+    ASSERT_NE(rt, nullptr);
+    Accelerator* acc = rt->accelerator(0);
+    for (const auto [size, overwritten] :
+         {std::pair{uint64_t{4096} + 12, uint64_t{0}}, std::pair{40 * kMiB, uint64_t{0}},
+          std::pair{uint64_t{4096} + 12, uint64_t{4096} + 5}, std::pair{40 * kMiB, 40 * kMiB - 6}}) {
+      SCOPED_TRACE(absl::StrCat(size, " bytes, ", overwritten, " to be overwritten"));
+      const std::vector<uint8_t> secret = RandomBytes(size, 7);
+      const MemoryBlock* block = nullptr;
+      uint64_t offset = 0;
+      {
+        ASSERT_OK_AND_ASSIGN(auto first, acc->CreateBuffer(size));
+        ASSERT_OK(acc->UploadSync(first, secret.data(), size));
+        block = first->block();
+        offset = first->block_offset();
+      }
+      ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size, overwritten));
+      // The same bytes of the same block, or this test shows nothing.
+      ASSERT_EQ(next->block(), block);
+      ASSERT_EQ(next->block_offset(), offset);
+      std::vector<uint8_t> got(size, 0xAB);
+      ASSERT_OK(acc->DownloadSync(next, got.data(), size));
+      EXPECT_EQ(std::count(got.begin() + overwritten, got.end(), 0),
+                static_cast<std::ptrdiff_t>(size - overwritten))
+          << "a new buffer holds a freed buffer's bytes";
+      const uint64_t kept = overwritten / 4 * 4;
+      EXPECT_TRUE(std::equal(got.begin(), got.begin() + kept, secret.begin()))
+          << "bytes the caller overwrites were zeroed first";
     }
-    ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size, overwritten));
-    // The same bytes of the same block, or this test shows nothing.
-    ASSERT_EQ(next->block(), block);
-    ASSERT_EQ(next->block_offset(), offset);
-    std::vector<uint8_t> got(size, 0xAB);
-    ASSERT_OK(acc->DownloadSync(next, got.data(), size));
-    EXPECT_EQ(std::count(got.begin() + overwritten, got.end(), 0),
-              static_cast<std::ptrdiff_t>(size - overwritten))
-        << "a new buffer holds a freed buffer's bytes";
-    const uint64_t kept = overwritten / 4 * 4;
-    EXPECT_TRUE(std::equal(got.begin(), got.begin() + kept, secret.begin()))
-        << "bytes the caller overwrites were zeroed first";
   }
+}
+
+// Tests the discrete setting (RuntimeOptions::device_memory): on a driver
+// whose device memory the host could map (lavapipe), no device buffer is
+// mapped, so every byte in or out goes through staging and device copies as
+// on a discrete GPU, and they arrive exact; there is no copy engine; staging
+// is still mapped. "auto" maps it, and any other value is refused, naming
+// the setting.
+TEST(MemoryTest, DiscreteDeviceMemoryIsNeverMapped) {
+  auto mapped = MakeRuntimeWithBudget(64 * kMiB, "auto");
+  ASSERT_NE(mapped, nullptr);
+  ASSERT_OK_AND_ASSIGN(auto host_visible, mapped->accelerator(0)->CreateBuffer(4096));
+  ASSERT_NE(host_visible->mapped(), nullptr) << "lavapipe's device memory is host-visible";
+  EXPECT_FALSE(mapped->plan().discrete_memory);
+
+  auto rt = MakeRuntimeWithBudget(64 * kMiB, "discrete");
+  ASSERT_NE(rt, nullptr);
+  EXPECT_TRUE(rt->plan().discrete_memory);
+  Accelerator* acc = rt->accelerator(0);
+  EXPECT_EQ(acc->copy_engine(), nullptr);
+  for (const uint64_t size : {uint64_t{1}, uint64_t{4097}, 3 * kMiB + 5, 40 * kMiB}) {
+    SCOPED_TRACE(size);
+    ASSERT_OK_AND_ASSIGN(auto b, acc->CreateBuffer(size));
+    EXPECT_EQ(b->mapped(), nullptr);
+    EXPECT_FALSE(b->host_coherent());
+    const std::vector<uint8_t> bytes = RandomBytes(size, 11);
+    ASSERT_OK(acc->UploadSync(b, bytes.data(), size));
+    std::vector<uint8_t> got(size, 0xAB);
+    ASSERT_OK(acc->DownloadSync(b, got.data(), size));
+    EXPECT_EQ(got, bytes);
+  }
+  ASSERT_OK_AND_ASSIGN(auto staging, acc->CreateStagingBuffer(4096));
+  EXPECT_NE(staging->mapped(), nullptr);
+
+  RuntimeOptions bad = TestOptions(1);
+  bad.device_memory = "unified";
+  absl::StatusOr<std::unique_ptr<Runtime>> refused = Runtime::Create(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("CAUSEWAY_DEVICE_MEMORY"));
 }
 
 }  // namespace
