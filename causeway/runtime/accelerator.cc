@@ -333,8 +333,15 @@ absl::Status Accelerator::Zero(const std::shared_ptr<Buffer>& buffer, uint64_t f
     CAUSEWAY_RETURN_IF_ERROR(list->Copy(BufferArg(zeros, 0, tail), BufferArg(buffer, end, tail)));
   }
   // Later submissions of this queue run after it (every list begins with a
-  // barrier); a failure shows in the queue's health like any submission's.
-  (void)SubmitInternal(std::move(list), {}, {});
+  // barrier). A submission refused before it reached the queue (the ring's
+  // stages failed) never zeroes the buffer, so the buffer is refused too; a
+  // failure on the queue later takes the accelerator out of service.
+  Future<> zeroed = SubmitInternal(std::move(list), {}, {});
+  const absl::Status s = zeroed.IsReady() ? zeroed.AwaitStatus() : KnownStatus(zeroed.timeline_value());
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("zeroing a new buffer of ", buffer->size(), " bytes on ",
+                                               name(), ": ", s.message()));
+  }
   return absl::OkStatus();
 }
 

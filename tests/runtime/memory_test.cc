@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "causeway/base/fault_injection.h"
 #include "causeway/kernels/ops.h"
 #include "causeway/runtime/accelerator.h"
 #include "causeway/runtime/runtime.h"
@@ -637,6 +638,32 @@ TEST(MemoryTest, FreedBytesNeverReachTheNextBuffer) {
           << "bytes the caller overwrites were zeroed first";
     }
   }
+}
+
+// Tests that a new buffer whose zeroing fill could not be submitted (memory
+// the host does not map is zeroed on the queue) is refused, not handed out
+// holding a freed buffer's bytes; the next one is zero.
+TEST(MemoryTest, ABufferThatCouldNotBeZeroedIsRefused) {
+  auto rt = MakeRuntimeWithBudget(64 * kMiB, "discrete");
+  ASSERT_NE(rt, nullptr);
+  Accelerator* acc = rt->accelerator(0);
+  const uint64_t size = 4096 + 12;
+  {
+    ASSERT_OK_AND_ASSIGN(auto first, acc->CreateBuffer(size));
+    const std::vector<uint8_t> secret = RandomBytes(size, 9);
+    ASSERT_OK(acc->UploadSync(first, secret.data(), size));
+  }
+  ArmFault(FaultPoint::kSubmission, 1);
+  absl::StatusOr<std::shared_ptr<Buffer>> refused = acc->CreateBuffer(size);
+  const bool injected = FaultInjected();
+  DisarmFaults();
+  ASSERT_TRUE(injected);
+  ASSERT_FALSE(refused.ok()) << "a buffer that was never zeroed was handed out";
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("zeroing a new buffer"));
+  ASSERT_OK_AND_ASSIGN(auto next, acc->CreateBuffer(size));
+  std::vector<uint8_t> got(size, 0xAB);
+  ASSERT_OK(acc->DownloadSync(next, got.data(), size));
+  EXPECT_EQ(got, std::vector<uint8_t>(size, 0));
 }
 
 // Tests the discrete setting (RuntimeOptions::device_memory): on a driver
